@@ -1,0 +1,39 @@
+"""triton-dist-plugin: Triton's autotuner, patched in place.
+
+``import triton_dist_plugin`` patches ``triton.runtime.autotuner.Autotuner`` once, so every
+``@triton.autotune`` kernel (decorated before or after the import) gains pluggable timing
+(``TRITON_BENCH_METHOD``), wall-clock tuning under ``TRITON_INTERPRET=1``, candidates that fail
+without taking tuning down, a launch path as cheap as a direct launch once a key is tuned, and a
+pluggy hook bus (see :mod:`triton_dist_plugin.hookspecs`). ``TRITON_DIST_PLUGIN_DISABLE=1``
+makes the import patch nothing; ``activate()`` / ``deactivate()`` switch it at run time.
+"""
+
+from __future__ import annotations
+
+from . import _compat  # noqa: F401  (raises a clear ImportError when Triton is missing)
+from .bus import PluginError, hookimpl, plugin_manager, register, unregister
+from .engine import NoValidConfig
+from .patch import activate, deactivate, is_active
+from .requests import CandidateRequest, TuningRecord, TuningRequest
+
+__version__ = "0.1.0"
+
+DISABLE_ENV = "TRITON_DIST_PLUGIN_DISABLE"
+
+__all__ = [
+    "CandidateRequest",
+    "NoValidConfig",
+    "PluginError",
+    "TuningRecord",
+    "TuningRequest",
+    "activate",
+    "deactivate",
+    "hookimpl",
+    "is_active",
+    "plugin_manager",
+    "register",
+    "unregister",
+]
+
+if not _compat.env_flag(DISABLE_ENV) and not is_active():
+    activate()

@@ -1,0 +1,118 @@
+"""What differs between Triton releases and distributions, decided once at import.
+
+Upstream ``triton`` 3.2 resolves the benchmarker eagerly in ``Autotuner.__init__``; 3.4+ does it
+lazily through a ``do_bench`` cached property; ``knobs`` appeared in 3.4 and the autotuning
+listener in 3.8. ``triton-ascend`` ships its own ``triton`` module with an ``AutoTilingTuner``.
+Everything here is a feature check, never a version comparison on the hot path.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import inspect
+import os
+import re
+
+try:
+    import triton
+    from triton.runtime import autotuner as autotuner_module
+except ImportError as exc:  # pragma: no cover - exercised in a venv without Triton
+    raise ImportError(
+        "triton_dist_plugin needs Triton, which is not installed. Install one of:\n"
+        "  pip install 'triton-dist-plugin[cuda]'    # upstream triton, for NVIDIA/AMD GPUs\n"
+        "  pip install 'triton-dist-plugin[ascend]'  # triton-ascend and torch-npu, for Ascend NPUs"
+    ) from exc
+
+try:
+    from triton import knobs
+except ImportError:  # Triton < 3.4
+    knobs = None
+
+Autotuner = autotuner_module.Autotuner
+Config = autotuner_module.Config
+
+TRITON_VERSION: tuple[int, int] = tuple(int(p) for p in re.findall(r"\d+", triton.__version__)[:2])  # type: ignore[assignment]
+
+#: triton-ascend provides the same ``triton`` module; its auto-tiling tuner marks it.
+IS_ASCEND: bool = importlib.util.find_spec("triton.runtime.autotiling_tuner") is not None
+
+#: 3.4+ resolves the benchmarker lazily (``do_bench`` is a cached property over ``_do_bench``).
+LAZY_BENCH: bool = isinstance(inspect.getattr_static(Autotuner, "do_bench", None), functools.cached_property)
+
+_TRUE = {"1", "true", "yes", "on", "y"}
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in _TRUE
+
+
+def interpret() -> bool:
+    """True under ``TRITON_INTERPRET=1``, where kernels run on the CPU and no driver exists."""
+    if knobs is not None:
+        return bool(knobs.runtime.interpret)
+    return env_flag("TRITON_INTERPRET")
+
+
+def print_autotuning() -> bool:
+    if knobs is not None:
+        return bool(knobs.autotuning.print)
+    return os.environ.get("TRITON_PRINT_AUTOTUNING") == "1"
+
+
+def autotuning_listener():
+    """Triton's ``knobs.autotuning.listener`` (3.8+), or None."""
+    return getattr(getattr(knobs, "autotuning", None), "listener", None)
+
+
+def jit_function(fn):
+    """The innermost JIT function under heuristics/autotuner wrappers (what Triton's cache keys on)."""
+    while hasattr(fn, "fn") and not hasattr(fn, "cache_key") and not hasattr(fn, "rewriter"):
+        fn = fn.fn
+    return fn
+
+
+def base_function(fn):
+    """The user's Python function under every wrapper (for its name and source)."""
+    while not inspect.isfunction(fn):
+        fn = fn.fn
+    return fn
+
+
+def default_benchmarker():
+    """The active driver's own benchmarker (events and an L2 flush on CUDA, NPU events on Ascend)."""
+    from triton.runtime.driver import driver
+
+    return driver.active.get_benchmarker()
+
+
+def active_device() -> str:
+    """``"cpu"`` under the interpreter, else the torch device type of the active Triton driver."""
+    if interpret():
+        return "cpu"
+    from triton.runtime.driver import driver
+
+    backend = driver.active.get_current_target().backend
+    return {"cuda": "cuda", "hip": "cuda", "npu": "npu", "ascend": "npu"}.get(backend, backend)
+
+
+def _resource_errors() -> tuple[type[BaseException], ...]:
+    names = (
+        ("triton.runtime.errors", "OutOfResources"),
+        ("triton.runtime.errors", "PTXASError"),
+        ("triton.compiler.errors", "CompileTimeAssertionFailure"),
+        ("triton.compiler.errors", "CompilationError"),
+        ("triton.compiler.errors", "MLIRCompilationError"),
+    )
+    found = []
+    for module, name in names:
+        try:
+            found.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):
+            pass
+    return tuple(found)
+
+
+#: Failures that mean "this candidate cannot run here" rather than "the user's code is broken".
+RESOURCE_ERRORS = _resource_errors()

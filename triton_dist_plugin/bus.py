@@ -1,0 +1,142 @@
+"""The hook bus: one pluggy ``PluginManager`` with the built-ins and third-party plugins.
+
+Built-in behaviour is registered here as ordinary plugins (``tdp.timing``, ``tdp.reduce``,
+``tdp.report``), marked ``trylast``, so a user's plugin replaces any of it just by answering
+first, or by ``plugin_manager().unregister(name="tdp.timing")``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any, Callable, Optional
+
+import pluggy
+
+from . import hookspecs
+
+PROJECT = "triton_dist_plugin"
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+_pm: Optional[pluggy.PluginManager] = None
+_lock = threading.Lock()
+_entry_points_loaded = False
+
+
+def plugin_manager() -> pluggy.PluginManager:
+    """The process-wide ``PluginManager`` (created with the built-ins on first use)."""
+    global _pm
+    if _pm is None:
+        with _lock:
+            if _pm is None:
+                from . import distributed, report, timing
+
+                pm = pluggy.PluginManager(PROJECT)
+                pm.add_hookspecs(hookspecs)
+                pm.register(timing.BuiltinTiming(), name="tdp.timing")
+                pm.register(distributed.MaxReduce(), name="tdp.reduce")
+                pm.register(report.Reporter(), name="tdp.report")
+                _pm = pm
+    return _pm
+
+
+def load_entry_points() -> list[str]:
+    """Load plugins declared in the ``triton_dist_plugin`` entry-point group (once).
+
+    A misspelt hook name in any plugin fails here, at activation, instead of being ignored.
+    """
+    global _entry_points_loaded
+    pm = plugin_manager()
+    if not _entry_points_loaded:
+        pm.load_setuptools_entrypoints(PROJECT)
+        _entry_points_loaded = True
+    pm.check_pending()
+    return [name for name, _ in pm.list_name_plugin() if not name.startswith("tdp.")]
+
+
+def register(plugin: Any, name: Optional[str] = None) -> str:
+    """Register a plugin at run time; its hooks are checked against the specs now."""
+    pm = plugin_manager()
+    registered = pm.register(plugin, name=name)
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError:
+        pm.unregister(plugin)
+        raise
+    return registered
+
+
+def unregister(plugin: Any = None, name: Optional[str] = None) -> Any:
+    """Remove a plugin registered earlier (by object or by name)."""
+    return plugin_manager().unregister(plugin, name=name)
+
+
+def _impls(hook_name: str):
+    """Implementations in pluggy's call order (tryfirst first, trylast last), wrappers skipped."""
+    hook = getattr(plugin_manager().hook, hook_name)
+    return [impl for impl in reversed(hook.get_hookimpls()) if not (impl.hookwrapper or getattr(impl, "wrapper", False))]
+
+
+def _call(impl, kwargs: dict) -> Any:
+    return impl.function(**{name: kwargs[name] for name in impl.argnames})
+
+
+def first_result(hook_name: str, check: Callable[[Any], Any], **kwargs: Any) -> Any:
+    """Call a firstresult hook; ``check`` validates (and may normalise) the first non-None result.
+
+    ``check`` raises ``TypeError`` on a bad result; the error is re-raised naming the plugin.
+    """
+    for impl in _impls(hook_name):
+        result = _call(impl, kwargs)
+        if result is not None:
+            try:
+                return check(result)
+            except TypeError as exc:
+                raise PluginError(f"plugin {impl.plugin_name!r} returned a bad result from {hook_name}: {exc}") from None
+    return None
+
+
+def prune(request: Any, configs: list) -> list:
+    """Apply every ``tdp_prune_configs`` implementation in turn."""
+    for impl in _impls("tdp_prune_configs"):
+        kept = _call(impl, {"request": request, "configs": list(configs)})
+        if kept is None:
+            continue
+        if not isinstance(kept, (list, tuple)):
+            raise PluginError(
+                f"plugin {impl.plugin_name!r} returned {type(kept).__name__} from tdp_prune_configs; "
+                "expected a list of triton.Config or None"
+            )
+        if not kept:
+            raise ValueError(
+                f"plugin {impl.plugin_name!r} pruned every candidate of {request.kernel_name} for key "
+                f"{request.key}; tdp_prune_configs must keep at least one config (return None for no opinion)"
+            )
+        configs = list(kept)
+    return configs
+
+
+def notify(record: Any) -> None:
+    plugin_manager().hook.tdp_on_tuned(record=record)
+
+
+def as_timing(value: Any) -> list[float]:
+    """Normalise a timing to upstream's ``[p50, p20, p80]`` shape (a float repeats thrice)."""
+    if isinstance(value, bool):
+        raise TypeError("expected milliseconds (a float or a [p50, p20, p80] list), got a bool")
+    if isinstance(value, (int, float)):
+        value = [float(value)] * 3
+    elif isinstance(value, (list, tuple)) and value and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+    ):
+        value = [float(v) for v in value]
+        value += [value[0]] * (3 - len(value))
+    else:
+        raise TypeError(f"expected milliseconds (a float or a [p50, p20, p80] list), got {value!r}")
+    if any(math.isnan(v) or v < 0 for v in value):
+        raise TypeError(f"expected non-negative milliseconds, got {value!r}")
+    return value
+
+
+class PluginError(TypeError):
+    """A plugin broke a hook's contract (a bad result); never mistaken for a failing candidate."""

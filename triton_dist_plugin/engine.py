@@ -1,0 +1,123 @@
+"""The one tuning loop every front end uses: time each candidate, reduce, select.
+
+Front ends (the patched ``Autotuner``, the function-level ``autotune``, the contextual tuner)
+turn their own candidates into ``make_call(config)`` closures; the engine times them through
+``tdp_time_candidate`` (or the kernel's own ``do_bench``), records why any failed, reduces the
+timings through ``tdp_reduce_timings`` and picks the fastest valid one.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Optional
+
+from . import bus
+from .requests import INF3, CandidateRequest, TuningRecord, TuningRequest
+
+
+class NoValidConfig(RuntimeError):
+    """Every candidate failed; the message lists each one's reason."""
+
+    def __init__(self, name: str, key: Any, failures: dict):
+        self.failures = failures
+        lines = "\n".join(f"  {config}: {reason}" for config, reason in failures.items())
+        super().__init__(f"every candidate of {name} failed for key {key}; no config can be picked:\n{lines}")
+
+
+@dataclass
+class Outcome:
+    best: Any
+    timings: dict
+    failures: dict
+    bench_time: float
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line reason for a failed candidate: the exception type and its first line."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
+
+
+def time_one(cand: CandidateRequest, do_bench: Optional[Callable] = None) -> tuple[list[float], Optional[str]]:
+    """Time one candidate; a failure is ``([inf]*3, reason)``, never an exception.
+
+    A plugin that breaks a hook's contract is the exception: its ``PluginError`` propagates.
+    """
+    try:
+        if do_bench is not None:
+            return bus.as_timing(do_bench(cand.call, quantiles=cand.quantiles)), None
+        value = bus.first_result("tdp_time_candidate", bus.as_timing, request=cand)
+        if value is None:
+            raise RuntimeError("no tdp_time_candidate implementation timed it")
+        return value, None
+    except bus.PluginError:
+        raise
+    except Exception as exc:
+        return list(INF3), describe(exc)
+
+
+def _same_keys(timings: dict) -> Callable[[Any], dict]:
+    def check(result: Any) -> dict:
+        if not isinstance(result, dict) or result.keys() != timings.keys():
+            raise TypeError("expected a dict with exactly the candidates it was given")
+        return {config: bus.as_timing(value) for config, value in result.items()}
+
+    return check
+
+
+def run_candidates(
+    request: TuningRequest,
+    configs: Iterable[Any],
+    make_call: Callable[[Any], Callable[[], Any]],
+    *,
+    method: str,
+    do_bench: Optional[Callable] = None,
+    n_warmup: Optional[int] = None,
+    n_repeat: Optional[int] = None,
+    group: Any = None,
+    on_candidate: Optional[Callable[[Any, list, Optional[str]], None]] = None,
+) -> Outcome:
+    """Time every candidate, reduce over ``group``, pick the fastest; raise if none is valid."""
+    start = time.perf_counter()
+    timings: dict = {}
+    failures: dict = {}
+    for config in configs:
+        try:
+            call = make_call(config)
+        except bus.PluginError:
+            raise
+        except Exception as exc:  # a candidate that cannot even be set up is a failed candidate
+            timings[config], failures[config] = list(INF3), describe(exc)
+            continue
+        cand = CandidateRequest(
+            call=call, config=config, kernel_name=request.kernel_name, key=request.key, device=request.device,
+            method=method, n_warmup=n_warmup, n_repeat=n_repeat, tuning=request,
+        )
+        timings[config], reason = time_one(cand, do_bench)
+        if reason is not None:
+            failures[config] = reason
+        if on_candidate is not None:
+            on_candidate(config, timings[config], reason)
+    reduced = bus.first_result("tdp_reduce_timings", _same_keys(timings), request=request, timings=timings, group=group)
+    if reduced is not None:
+        timings = reduced
+    valid = {config: t for config, t in timings.items() if math.isfinite(t[0])}
+    if not valid:
+        failures = {c: failures.get(c, "timed as infinity on another rank") for c in timings}
+        raise NoValidConfig(request.kernel_name, request.key, failures)
+    best = min(valid, key=valid.get)
+    return Outcome(best=best, timings=timings, failures=failures, bench_time=time.perf_counter() - start)
+
+
+def record(request: TuningRequest, outcome: Optional[Outcome], best: Any, timings: dict, *, method: str,
+           cache_hit: bool) -> TuningRecord:
+    """Build the record of a finished tuning and hand it to every ``tdp_on_tuned`` observer."""
+    rec = TuningRecord(
+        kernel_name=request.kernel_name, key=request.key, best_config=best, timings=dict(timings or {}),
+        failures=dict(outcome.failures) if outcome else {}, bench_time=outcome.bench_time if outcome else None,
+        cache_hit=cache_hit, method=method, device=request.device, autotuner=request.autotuner,
+    )
+    bus.notify(rec)
+    return rec

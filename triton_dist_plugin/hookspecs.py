@@ -1,0 +1,103 @@
+"""The hooks of triton-dist-plugin: the reference for every plugin.
+
+A plugin is any object (module, class instance) with functions named like the hooks below and
+marked with :data:`triton_dist_plugin.hookimpl`. Register it at run time with
+:func:`triton_dist_plugin.register`, or ship it in a distribution that declares an entry point in
+the ``triton_dist_plugin`` group; those are loaded when the plugin is activated.
+
+Implementations are called newest-registered first; mark one ``tryfirst=True`` or
+``trylast=True`` to move it. The built-in behaviour (timing, reduction, reporting) is registered
+the same way with ``trylast=True``, so any user plugin runs before it and can replace it.
+Hooks are always called with keyword arguments; an implementation may accept only the ones it
+needs. Hook wrappers are not called for the ``firstresult`` and pruning hooks, whose results
+are checked one implementation at a time so that a wrong result names its plugin.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("triton_dist_plugin")
+
+# -------------------------------------------------------------------------------------------
+# candidates
+# -------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def tdp_generate_configs(request):
+    """Called when a ``@triton.autotune(configs=[])`` kernel needs candidates for a new key.
+
+    :param request: the :class:`~triton_dist_plugin.requests.TuningRequest` (kernel, key,
+        named arguments, launch keywords, device).
+    :returns: a non-empty list of ``triton.Config``, or None to let the next implementation
+        decide. Stops at the first non-None result.
+    """
+
+
+@hookspec
+def tdp_prune_configs(request, configs):
+    """Called after Triton's own pruning (``prune_configs_by``), before any candidate is timed.
+
+    Implementations are applied in turn: each receives the list the previous one kept.
+
+    :param request: the :class:`~triton_dist_plugin.requests.TuningRequest`.
+    :param configs: the candidates still in the running (a list of ``triton.Config``).
+    :returns: the list to keep (a subset, in any order), or None for no opinion. Returning an
+        empty list is an error: pruning must never leave zero candidates silently.
+    """
+
+
+# -------------------------------------------------------------------------------------------
+# timing
+# -------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def tdp_time_candidate(request):
+    """Called to time one candidate, once per candidate per tuning.
+
+    Not called for a kernel that passed its own ``do_bench=`` to ``triton.autotune``: that one
+    wins, as upstream.
+
+    :param request: the :class:`~triton_dist_plugin.requests.CandidateRequest`: ``call()`` runs
+        the candidate once (pre/post hooks, ``reset_to_zero`` and ``restore_value`` included),
+        ``config``, ``kernel_name``, ``key``, ``n_warmup``/``n_repeat`` (None: the method's
+        default), ``device`` (``"cuda"``, ``"npu"``, ``"cpu"``), ``method`` (the resolved
+        ``TRITON_BENCH_METHOD``) and ``quantiles``.
+    :returns: milliseconds, as a float or upstream's ``[p50, p20, p80]`` list, or None to let
+        the next implementation decide. Stops at the first non-None result. Raising marks the
+        candidate as failed (timed as infinity, with the exception as its reason).
+    """
+
+
+@hookspec(firstresult=True)
+def tdp_reduce_timings(request, timings, group):
+    """Called after every candidate was timed, to agree on timings across ranks.
+
+    :param request: the :class:`~triton_dist_plugin.requests.TuningRequest`.
+    :param timings: ``{config: [p50, p20, p80]}`` as measured by this process, in the order
+        the candidates were timed (the same on every rank).
+    :param group: the ``torch.distributed`` process group tuning together, or None when this
+        process tunes alone.
+    :returns: the reduced ``{config: [p50, p20, p80]}`` with the same keys, or None to let the
+        next implementation decide. Stops at the first non-None result. The built-in takes the
+        maximum over the group (the slowest rank decides), so every rank picks the same config.
+    """
+
+
+# -------------------------------------------------------------------------------------------
+# results
+# -------------------------------------------------------------------------------------------
+
+
+@hookspec
+def tdp_on_tuned(record):
+    """Called once a key has a pick: after timing, or after a disk-cache hit.
+
+    For observers (logs, progress, reports); the return value is ignored.
+
+    :param record: the :class:`~triton_dist_plugin.requests.TuningRecord`: kernel name, key,
+        every candidate's timing and failure reason, the pick, how long tuning took, whether
+        the result came from the disk cache, and the timing method.
+    """

@@ -1,0 +1,330 @@
+"""What the patched ``Autotuner`` does on a launch, on a miss, and when a subclass times.
+
+The cache-hit path is the hot path: compute the key (upstream's exact tuple), look it up, and
+launch with the config's keyword arguments merged once and kept. No environment reads, no
+per-call dictionaries of every argument, and no writes to shared state except ``best_config``.
+
+On a miss, tuning runs under one process-wide lock with all per-call state held locally, so
+threads launching the same kernel with different keys never see each other's arguments
+(upstream keeps them in ``self.nargs``, which races).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Optional
+
+from . import _compat, bus, engine, timing
+from .requests import TuningRequest
+
+_TUNE_LOCK = threading.RLock()
+_current = threading.local()  # the TuningRequest of the tuning in progress on this thread
+_DTYPE_STR: dict = {}
+
+#: Launch options every upstream interpreter and compiler accepts besides kernel parameters.
+_UPSTREAM_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg", "ir_override"})
+
+
+def dtype_str(dtype: Any) -> str:
+    """``str(dtype)``, memoised: the key needs it for every tensor argument on every launch."""
+    try:
+        return _DTYPE_STR[dtype]
+    except KeyError:
+        _DTYPE_STR[dtype] = text = str(dtype)
+        return text
+    except TypeError:  # an unhashable dtype
+        return str(dtype)
+
+
+class KernelState:
+    """Per-``Autotuner`` facts derived once: key positions and each config's launch keywords."""
+
+    __slots__ = ("arg_names", "arg_set", "keys", "key_pos", "launch", "name")
+
+    def __init__(self, tuner: Any):
+        self.arg_names = list(tuner.arg_names)
+        self.arg_set = frozenset(self.arg_names)
+        keys = tuner.keys
+        # Triton-Ascend's AutoTilingTuner maps axis names to argument names.
+        self.keys = list(keys.values()) if isinstance(keys, dict) else list(keys)
+        self.key_pos = [self.arg_names.index(k) for k in self.keys if k in self.arg_set]
+        self.launch: dict = {}
+        self.name = _compat.base_function(tuner.fn).__name__
+
+    def key(self, args: tuple, kwargs: dict) -> tuple:
+        """Upstream's tuning key: the ``key`` argument values, then every tensor's dtype."""
+        if self.arg_set.isdisjoint(kwargs):
+            n = len(args)
+            key = [args[i] for i in self.key_pos if i < n]
+            for arg in args:
+                if hasattr(arg, "dtype"):
+                    key.append(dtype_str(arg.dtype))
+            return tuple(key)
+        # Some kernel arguments came by keyword: follow upstream's ordering exactly.
+        named = {**dict(zip(self.arg_names, args)), **kwargs}
+        named = {k: v for k, v in named.items() if k in self.arg_set}
+        key = [named[k] for k in self.keys if k in named]
+        key += [dtype_str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
+        return tuple(key)
+
+    def launch_kwargs(self, config: Any) -> dict:
+        entry = self.launch.get(id(config))
+        if entry is None or entry[0] is not config:
+            kwargs = config.all_kwargs()
+            if _compat.IS_ASCEND and _compat.interpret():
+                # Ascend compile options (multibuffer, ...) mean nothing to the interpreter.
+                kwargs = {k: v for k, v in kwargs.items() if k in self.arg_set or k in _UPSTREAM_OPTIONS}
+            entry = self.launch[id(config)] = (config, kwargs)
+        return entry[1]
+
+
+def state_of(tuner: Any) -> KernelState:
+    state = tuner.__dict__.get("_tdp_state")
+    if state is None:
+        state = tuner.__dict__["_tdp_state"] = KernelState(tuner)
+    return state
+
+
+# -------------------------------------------------------------------------------------------
+# Autotuner.run
+# -------------------------------------------------------------------------------------------
+
+
+def run_wrapper(wrapped, instance, args, kwargs):
+    state = instance.__dict__.get("_tdp_state") or state_of(instance)
+    if len(instance.configs) > 1:
+        key = state.key(args, kwargs)
+        config = instance.cache.get(key)
+        if config is None:
+            config = tune(instance, state, key, args, kwargs)
+    else:
+        config = instance.configs[0]
+    instance.best_config = config
+    meta = state.launch_kwargs(config)
+    if config.pre_hook is not None:
+        config.pre_hook({**dict(zip(state.arg_names, args)), **kwargs, **meta})
+    return instance.fn.run(*args, **kwargs, **meta)
+
+
+def _hooks(instance: Any, nargs: dict):
+    """Thread-safe stand-ins for upstream's default reset/restore hooks (user hooks kept)."""
+    user_pre = getattr(instance, "user_defined_pre_hook", False)
+    user_post = getattr(instance, "user_defined_post_hook", False)
+    zero = [n for n in getattr(instance, "reset_to_zero", []) if nargs.get(n) is not None]
+    saved = {} if user_pre else {
+        n: nargs[n].clone() for n in getattr(instance, "restore_value", []) if nargs.get(n) is not None
+    }
+
+    def pre(full: dict, reset_only: bool = False) -> None:
+        if user_pre:
+            instance.pre_hook(full, reset_only=reset_only) if reset_only else instance.pre_hook(full)
+            return
+        for n in zero:
+            full[n].zero_()
+
+    def post(full: dict, exception: Optional[BaseException]) -> None:
+        if user_post:
+            instance.post_hook(full, exception=exception)
+            return
+        for n, value in saved.items():
+            full[n].copy_(value)
+
+    return pre, post
+
+
+def _make_call_factory(instance: Any, state: KernelState, args: tuple, kwargs: dict, pre, post):
+    def make_call(config):
+        current = {**kwargs, **state.launch_kwargs(config)}
+        full = {**dict(zip(state.arg_names, args)), **current}
+        run = instance.fn.run
+
+        def call():
+            if config.pre_hook:
+                config.pre_hook(full)
+            pre(full)
+            try:
+                run(*args, **current)
+            except Exception as exc:
+                post(full, exc)
+                raise
+            post(full, None)
+
+        return call
+
+    return make_call
+
+
+def user_do_bench(instance: Any):
+    """The kernel's own ``do_bench=`` (it wins over every hook), or None."""
+    if _compat.LAZY_BENCH:
+        return instance.__dict__.get("_do_bench")
+    bench = instance.__dict__.get("do_bench")
+    if bench is None or isinstance(bench, HookBench) or bench is _eager_marker:
+        return None
+    try:
+        if bench is _compat.default_benchmarker():  # resolved eagerly before the plugin was active
+            return None
+    except Exception:
+        pass
+    return bench
+
+
+def tune(instance: Any, state: KernelState, key: tuple, args: tuple, kwargs: dict):
+    """Tune ``instance`` for ``key`` and store the pick in ``instance.cache`` (upstream's attributes)."""
+    with _TUNE_LOCK:
+        config = instance.cache.get(key)
+        if config is not None:  # another thread finished it while we waited
+            return config
+        nargs = dict(zip(state.arg_names, args))
+        meta = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
+        request = TuningRequest(state.name, key, _compat.active_device(), nargs, meta, autotuner=instance)
+        previous, _current.request = getattr(_current, "request", None), request
+        instance.nargs = nargs  # read by prune_configs and perf models, as upstream
+        try:
+            configs = instance.prune_configs(kwargs)
+            for cfg in configs:
+                conflicts = meta.keys() & cfg.kwargs.keys()
+                if conflicts:
+                    raise ValueError(
+                        f"Conflicting meta-parameters: {', '.join(sorted(conflicts))}. Make sure that you don't "
+                        f"re-define auto-tuned symbols: {state.name} tunes them, so do not pass them at launch."
+                    )
+            if len(configs) == 1:  # nothing to compare, as upstream
+                instance.cache[key] = configs[0]
+                return configs[0]
+            return _bench_and_record(instance, state, request, key, args, kwargs, nargs, configs)
+        finally:
+            _current.request = previous
+            instance.nargs = None
+
+
+def _bench_and_record(instance, state, request, key, args, kwargs, nargs, configs):
+    method = timing.resolve_method(request.device)
+    pre, post = _hooks(instance, nargs)
+    make_call = _make_call_factory(instance, state, args, kwargs, pre, post)
+    outcome = None
+
+    def bench():
+        nonlocal outcome
+        outcome = engine.run_candidates(request, configs, make_call, method=method, do_bench=user_do_bench(instance))
+        instance.bench_time = outcome.bench_time
+        instance.configs_timings = outcome.timings
+        instance.cache[key] = outcome.best
+        pre({**nargs, **kwargs, **state.launch_kwargs(outcome.best)}, reset_only=True)
+
+    cache_hit = False
+    if getattr(instance, "cache_results", False) and hasattr(instance, "check_disk_cache"):
+        cache_hit = bool(instance.check_disk_cache(key, configs, bench))
+    else:
+        bench()
+    best = instance.cache[key]
+    timings = getattr(instance, "configs_timings", None) or {}
+    engine.record(request, outcome, best, timings, method=method, cache_hit=cache_hit)
+    listener = _compat.autotuning_listener()
+    if listener is not None:
+        listener(fn=_compat.jit_function(instance.fn), key=key, best_config=best, configs_timings=timings,
+                 duration=None if cache_hit else outcome.bench_time, cache_hit=cache_hit)
+    return best
+
+
+# -------------------------------------------------------------------------------------------
+# Autotuner.prune_configs and Autotuner._bench: what subclasses with their own run() call
+# -------------------------------------------------------------------------------------------
+
+
+def prune_wrapper(wrapped, instance, args, kwargs):
+    configs = wrapped(*args, **kwargs)
+    state = state_of(instance)
+    if not configs:
+        raise ValueError(
+            f"No valid autotuner configs after pruning {state.name}: `early_config_prune` (prune_configs_by) "
+            "must return at least one config."
+        )
+    request = getattr(_current, "request", None)
+    if request is None or request.autotuner is not instance:
+        launch = args[0] if args else kwargs.get("kwargs", {})
+        request = TuningRequest(state.name, (), _compat.active_device(), dict(instance.nargs or {}), dict(launch),
+                                autotuner=instance)
+    return bus.prune(request, configs)
+
+
+def bench_wrapper(wrapped, instance, args, kwargs):
+    """Upstream's ``_bench`` with timing through the hook bus; failures time as infinity."""
+    meta = dict(kwargs)
+    config = meta.pop("config")
+    state = state_of(instance)
+    conflicts = meta.keys() & config.kwargs.keys()
+    if conflicts:
+        raise ValueError(f"Conflicting meta-parameters: {', '.join(sorted(conflicts))}."
+                         " Make sure that you don't re-define auto-tuned symbols.")
+    current = {**meta, **state.launch_kwargs(config)}
+    full = {**(instance.nargs or dict(zip(state.arg_names, args))), **current}
+
+    def call():
+        if config.pre_hook:
+            config.pre_hook(full)
+        instance.pre_hook(full)
+        try:
+            instance.fn.run(*args, **current)
+        except Exception as exc:
+            instance.post_hook(full, exception=exc)
+            raise
+        instance.post_hook(full, exception=None)
+
+    device = _compat.active_device()
+    cand = engine.CandidateRequest(call=call, config=config, kernel_name=state.name, key=(), device=device,
+                                   method=timing.resolve_method(device))
+    value, reason = engine.time_one(cand, user_do_bench(instance))
+    if reason is not None:
+        instance.__dict__.setdefault("tdp_failures", {})[config] = reason
+    return value
+
+
+# -------------------------------------------------------------------------------------------
+# do_bench: the benchmarker an Autotuner uses when the kernel did not pass its own
+# -------------------------------------------------------------------------------------------
+
+
+class HookBench:
+    """Stands in for the driver's benchmarker: times through ``tdp_time_candidate``.
+
+    Used for code that calls ``self.do_bench(kernel_call, quantiles)`` itself. Once the plugin
+    is deactivated it defers to the driver's own benchmarker again.
+    """
+
+    def __init__(self, tuner: Any):
+        self.tuner = tuner
+
+    def __call__(self, kernel_call, quantiles=(0.5, 0.2, 0.8), **kwargs):
+        from . import patch
+
+        if not patch.is_active():
+            return _compat.default_benchmarker()(kernel_call, quantiles=quantiles, **kwargs)
+        device = _compat.active_device()
+        name = state_of(self.tuner).name if self.tuner is not None else "kernel"
+        cand = engine.CandidateRequest(call=kernel_call, config=None, kernel_name=name, key=(), device=device,
+                                       method=timing.resolve_method(device), quantiles=tuple(quantiles or (0.5,)))
+        value = bus.first_result("tdp_time_candidate", bus.as_timing, request=cand)
+        return value if quantiles else value[0]
+
+
+def _eager_marker(kernel_call, quantiles=(0.5, 0.2, 0.8), **kwargs):
+    """Passed as ``do_bench`` to Triton 3.2's eager ``__init__`` so it does not ask for a driver."""
+    return HookBench(None)(kernel_call, quantiles=quantiles, **kwargs)
+
+
+def do_bench_property(self):
+    """Replaces 3.4+'s ``do_bench`` cached property while active."""
+    return self._do_bench if self._do_bench is not None else HookBench(self)
+
+
+def init_wrapper(wrapped, instance, args, kwargs):
+    """Triton < 3.4 resolves the benchmarker in ``__init__``: hand it ours so no driver is needed."""
+    import inspect
+
+    bound = inspect.signature(wrapped).bind(*args, **kwargs)
+    if bound.arguments.get("do_bench") is None and "do_bench" in inspect.signature(wrapped).parameters:
+        bound.arguments["do_bench"] = _eager_marker
+    wrapped(*bound.args, **bound.kwargs)
+    if instance.__dict__.get("do_bench") is _eager_marker:
+        instance.do_bench = HookBench(instance)

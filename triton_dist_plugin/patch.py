@@ -1,0 +1,76 @@
+"""Install and uninstall the plugin on Triton's ``Autotuner``, like an OpenTelemetry instrumentor.
+
+Patching the class (not the ``triton.autotune`` decorator) covers kernels decorated before the
+import, and subclasses: ``Autotuner.run`` carries the engine; ``_bench`` and ``prune_configs``
+carry timing and pruning hooks into subclasses that replace ``run`` with their own (Triton-Ascend's
+``AutoTilingTuner``, FlagGems-style tuners). Which pieces a Triton release needs is decided here,
+once: 3.2 resolves its benchmarker in ``__init__``, 3.4+ through a ``do_bench`` property.
+
+``deactivate()`` puts back exactly the attributes it replaced, and only where it still finds its
+own wrapper, so another library's later patch is never undone by ours.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import wrapt
+
+from . import _compat, bus, launch
+
+_lock = threading.Lock()
+_installed: list[tuple[type, str, object, object]] = []  # (owner, attribute, original, ours)
+
+
+def is_active() -> bool:
+    """True while the plugin is installed on Triton's ``Autotuner``."""
+    return bool(_installed)
+
+
+def _wrap(owner: type, name: str, wrapper) -> None:
+    original = owner.__dict__[name]
+    wrapt.wrap_function_wrapper(owner, name, wrapper)
+    _installed.append((owner, name, original, owner.__dict__[name]))
+
+
+def activate() -> None:
+    """Patch ``triton.runtime.autotuner.Autotuner`` in place and load entry-point plugins.
+
+    Idempotent: activating twice warns and does nothing more.
+    """
+    with _lock:
+        if _installed:
+            warnings.warn("triton_dist_plugin is already active", stacklevel=2)
+            return
+        cls = _compat.Autotuner
+        try:
+            _wrap(cls, "run", launch.run_wrapper)
+            _wrap(cls, "_bench", launch.bench_wrapper)
+            _wrap(cls, "prune_configs", launch.prune_wrapper)
+            if _compat.LAZY_BENCH:
+                original = cls.__dict__["do_bench"]
+                ours = property(launch.do_bench_property, doc=original.__doc__)
+                setattr(cls, "do_bench", ours)
+                _installed.append((cls, "do_bench", original, ours))
+            else:
+                _wrap(cls, "__init__", launch.init_wrapper)
+            bus.load_entry_points()
+        except BaseException:
+            _restore()
+            raise
+
+
+def _restore() -> None:
+    while _installed:
+        owner, name, original, ours = _installed.pop()
+        if owner.__dict__.get(name) is ours:
+            setattr(owner, name, original)
+        else:
+            warnings.warn(f"{owner.__name__}.{name} was re-patched by someone else; leaving it in place", stacklevel=3)
+
+
+def deactivate() -> None:
+    """Restore every attribute ``activate()`` replaced, exactly. Tuned picks stay cached."""
+    with _lock:
+        _restore()

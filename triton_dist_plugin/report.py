@@ -1,0 +1,32 @@
+"""The built-in observer: what ``TRITON_PRINT_AUTOTUNING=1`` prints once a key is tuned."""
+
+from __future__ import annotations
+
+import math
+
+from . import _compat
+from .bus import hookimpl
+
+
+def format_record(record) -> str:
+    """Every candidate with its time or failure, the pick marked, as a few readable lines."""
+    lines = [
+        f"Triton autotuning for function {record.kernel_name},",
+        f"with key as {record.key},",
+        f"finished after {record.bench_time or 0.0:.2f}s ({record.method} timing on {record.device}"
+        + (", from the disk cache" if record.cache_hit else "")
+        + "),",
+    ]
+    for config, timing in record.timings.items():
+        mark = "*" if config is record.best_config else " "
+        shown = f"{timing[0]:.4f} ms" if math.isfinite(timing[0]) else f"failed: {record.failures.get(config, 'inf')}"
+        lines.append(f" {mark} {config}: {shown}")
+    lines.append(f"best config selected: {record.best_config};")
+    return "\n".join(lines)
+
+
+class Reporter:
+    @hookimpl(trylast=True)
+    def tdp_on_tuned(self, record):
+        if _compat.print_autotuning():
+            print(format_record(record), flush=True)

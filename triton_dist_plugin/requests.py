@@ -1,0 +1,57 @@
+"""The objects hooks receive: what is being tuned, one candidate, and the result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+INF3 = [float("inf")] * 3
+
+
+@dataclass
+class TuningRequest:
+    """One tuning job: a kernel (or host function) and the key it is tuned for."""
+
+    kernel_name: str
+    key: tuple
+    device: str
+    #: named arguments of the launch (positional ones bound to their names)
+    nargs: dict = field(default_factory=dict)
+    #: launch keywords that are not kernel arguments (meta-parameters, ``num_warps``...)
+    kwargs: dict = field(default_factory=dict)
+    #: the ``Autotuner`` being tuned, when the job is a ``@triton.autotune`` kernel
+    autotuner: Any = None
+
+
+@dataclass
+class CandidateRequest:
+    """One candidate to time; ``call()`` runs it once with every hook applied."""
+
+    call: Callable[[], Any]
+    config: Any
+    kernel_name: str
+    key: tuple
+    device: str
+    method: str
+    n_warmup: Optional[int] = None
+    n_repeat: Optional[int] = None
+    quantiles: tuple = (0.5, 0.2, 0.8)
+    tuning: Optional[TuningRequest] = None
+
+
+@dataclass
+class TuningRecord:
+    """What a tuning decided, handed to ``tdp_on_tuned`` observers."""
+
+    kernel_name: str
+    key: tuple
+    best_config: Any
+    #: ``{config: [p50, p20, p80]}`` in ms after reduction; failed candidates are ``[inf]*3``
+    timings: dict
+    #: ``{config: "ExceptionType: message"}`` for every candidate that failed
+    failures: dict
+    bench_time: Optional[float]
+    cache_hit: bool
+    method: str
+    device: str
+    autotuner: Any = None

@@ -1,0 +1,190 @@
+"""Timing methods, chosen by ``TRITON_BENCH_METHOD`` and run by the built-in timing plugin.
+
+========== ==================================================================================
+event      device events around each call with an L2 flush between calls: the active driver's
+           own ``do_bench`` (the default on a GPU or NPU; upstream's behaviour)
+profiler   kernel-only device time read from the profiler: CUPTI through ``torch.profiler`` on
+           CUDA, ``torch_npu``'s profiler on Ascend. Launch overhead is left out, so short
+           kernels are timed accurately. ``npu`` is the same method under Triton-Ascend's name.
+cudagraph  replay of a captured CUDA graph (``triton.testing.do_bench_cudagraph``)
+wall       host wall clock around synchronised calls; chosen automatically under
+           ``TRITON_INTERPRET=1``, where there is no device to time
+========== ==================================================================================
+
+A method the machine cannot do falls back (to ``event`` on a device, ``wall`` on the CPU) with
+one warning; an unknown name is an error that lists the valid ones.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+import warnings
+from typing import Callable
+
+from . import _compat
+from .bus import hookimpl
+
+ENV = "TRITON_BENCH_METHOD"
+METHODS = ("event", "profiler", "npu", "cudagraph", "wall")
+_ALIASES = {"npu": "profiler", "wallclock": "wall", "cuda_graph": "cudagraph", "": None}
+
+_warned: set = set()
+_warn_lock = threading.Lock()
+
+
+class MethodUnavailable(RuntimeError):
+    """This machine cannot time with the requested method; the caller falls back."""
+
+
+def warn_once(tag: tuple, message: str) -> None:
+    with _warn_lock:
+        if tag in _warned:
+            return
+        _warned.add(tag)
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def resolve_method(device: str) -> str:
+    """The timing method to use on ``device``, from ``TRITON_BENCH_METHOD``."""
+    import os
+
+    raw = os.environ.get(ENV, "").strip().lower()
+    method = _ALIASES.get(raw, raw)
+    if method is not None and method not in METHODS:
+        raise ValueError(f"{ENV}={raw!r} is not a timing method; valid values are: {', '.join(METHODS)}")
+    if device == "cpu":
+        if method not in (None, "wall"):
+            warn_once((method, "wall"), f"{ENV}={raw} needs a GPU or NPU; timing with the wall clock under the interpreter")
+        return "wall"
+    if method is None:
+        return "event"
+    if method == "cudagraph" and device != "cuda":
+        warn_once((method, device), f"{ENV}=cudagraph needs CUDA graphs, which {device} lacks; timing with device events")
+        return "event"
+    return method
+
+
+def _quantiles(samples: list[float], quantiles: tuple) -> list[float]:
+    samples = sorted(samples)
+    if len(samples) == 1:
+        return [samples[0]] * len(quantiles)
+    cuts = statistics.quantiles(samples, n=100, method="inclusive")
+    return [samples[0] if q <= 0 else samples[-1] if q >= 1 else cuts[round(q * 100) - 1] for q in quantiles]
+
+
+def _synchronize(device: str) -> Callable[[], None]:
+    if device == "cpu":
+        return lambda: None
+    import torch
+
+    return getattr(torch, device).synchronize
+
+
+def bench_wall(call: Callable, device: str, n_warmup: int | None, n_repeat: int | None, quantiles: tuple) -> list[float]:
+    sync = _synchronize(device)
+    for _ in range(1 if n_warmup is None else n_warmup):
+        call()
+    sync()
+    samples = []
+    for _ in range(5 if n_repeat is None else max(1, n_repeat)):
+        start = time.perf_counter()
+        call()
+        sync()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return _quantiles(samples, quantiles)
+
+
+def bench_event(call: Callable, device: str, n_warmup: int | None, n_repeat: int | None, quantiles: tuple) -> list[float]:
+    bench = _compat.default_benchmarker()
+    if n_warmup is None and n_repeat is None:
+        return list(bench(call, quantiles=quantiles))
+    # Counts were asked for: time exactly that many calls with events and an L2 flush.
+    import torch
+
+    from triton.runtime.driver import driver
+
+    mod = getattr(torch, device)
+    cache = driver.active.get_empty_cache_for_benchmark()
+    for _ in range(3 if n_warmup is None else n_warmup):
+        call()
+    n = 10 if n_repeat is None else max(1, n_repeat)
+    starts = [mod.Event(enable_timing=True) for _ in range(n)]
+    ends = [mod.Event(enable_timing=True) for _ in range(n)]
+    for s, e in zip(starts, ends):
+        cache.zero_()
+        s.record()
+        call()
+        e.record()
+    mod.synchronize()
+    return _quantiles([s.elapsed_time(e) for s, e in zip(starts, ends)], quantiles)
+
+
+def bench_cudagraph(call: Callable, device: str, n_warmup: int | None, n_repeat: int | None, quantiles: tuple) -> list[float]:
+    from triton.testing import do_bench_cudagraph
+
+    try:
+        return list(do_bench_cudagraph(call, quantiles=quantiles))
+    except Exception as exc:  # capture refused (allocations, host syncs in hooks...): not the config's fault
+        warn_once(("cudagraph", type(exc).__name__), f"CUDA graph capture failed ({exc}); timing with device events")
+        return bench_event(call, device, n_warmup, n_repeat, quantiles)
+
+
+def _cuda_profiler(call: Callable, name: str, n_warmup: int, n_repeat: int, quantiles: tuple) -> list[float]:
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(n_warmup):
+        call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n_repeat):
+            call()
+        torch.cuda.synchronize()
+    times = [e.device_time for e in prof.events() if e.device_type == DeviceType.CUDA and name in e.name]
+    if not times:
+        raise MethodUnavailable(f"the CUDA profiler recorded no kernel named {name!r} (is CUPTI available?)")
+    per_call = len(times) // n_repeat or 1
+    sums = [sum(times[i : i + per_call]) / 1e3 for i in range(0, per_call * (len(times) // per_call), per_call)]
+    return _quantiles(sums, quantiles)
+
+
+def _npu_profiler(call: Callable, n_warmup: int, n_repeat: int, quantiles: tuple) -> list[float]:
+    try:
+        from triton.testing import do_bench_npu  # Triton-Ascend's profiler-based timer
+    except ImportError as exc:
+        raise MethodUnavailable("triton.testing.do_bench_npu is missing (needs triton-ascend and torch_npu)") from exc
+    ms = do_bench_npu(call, warmup=n_warmup, active=n_repeat)
+    return [float(ms)] * len(quantiles)
+
+
+def bench_profiler(call: Callable, device: str, name: str, n_warmup: int | None, n_repeat: int | None, quantiles: tuple) -> list[float]:
+    n_warmup = 5 if n_warmup is None else n_warmup
+    n_repeat = 30 if n_repeat is None else max(1, n_repeat)
+    try:
+        if device == "npu":
+            return _npu_profiler(call, n_warmup, n_repeat, quantiles)
+        if device == "cuda":
+            return _cuda_profiler(call, name, n_warmup, n_repeat, quantiles)
+        raise MethodUnavailable(f"no profiler timing for device {device!r}")
+    except MethodUnavailable as exc:
+        warn_once(("profiler", device), f"{ENV}=profiler unavailable: {exc}; timing with device events")
+        return bench_event(call, device, None, None, quantiles)
+
+
+class BuiltinTiming:
+    """The built-in ``tdp_time_candidate``: dispatches on ``request.method``."""
+
+    @hookimpl(trylast=True)
+    def tdp_time_candidate(self, request):
+        args = (request.call, request.device)
+        counts = (request.n_warmup, request.n_repeat, request.quantiles)
+        if request.method == "wall":
+            return bench_wall(*args, *counts)
+        if request.method == "profiler":
+            return bench_profiler(*args, request.kernel_name, *counts)
+        if request.method == "cudagraph":
+            return bench_cudagraph(*args, *counts)
+        return bench_event(*args, *counts)
