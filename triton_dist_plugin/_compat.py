@@ -52,7 +52,7 @@ def interpret() -> bool:
     """True under ``TRITON_INTERPRET=1``, where kernels run on the CPU and no driver exists."""
     if knobs is not None:
         return bool(knobs.runtime.interpret)
-    return env_flag("TRITON_INTERPRET")
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"  # what Triton < 3.4's @jit checks
 
 
 def print_autotuning() -> bool:

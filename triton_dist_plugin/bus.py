@@ -74,7 +74,8 @@ def unregister(plugin: Any = None, name: Optional[str] = None) -> Any:
 def _impls(hook_name: str):
     """Implementations in pluggy's call order (tryfirst first, trylast last), wrappers skipped."""
     hook = getattr(plugin_manager().hook, hook_name)
-    return [impl for impl in reversed(hook.get_hookimpls()) if not (impl.hookwrapper or getattr(impl, "wrapper", False))]
+    impls = reversed(hook.get_hookimpls())
+    return [impl for impl in impls if not (impl.hookwrapper or getattr(impl, "wrapper", False))]
 
 
 def _call(impl, kwargs: dict) -> Any:
@@ -92,7 +93,9 @@ def first_result(hook_name: str, check: Callable[[Any], Any], **kwargs: Any) -> 
             try:
                 return check(result)
             except TypeError as exc:
-                raise PluginError(f"plugin {impl.plugin_name!r} returned a bad result from {hook_name}: {exc}") from None
+                raise PluginError(
+                    f"plugin {impl.plugin_name!r} returned a bad result from {hook_name}: {exc}"
+                ) from None
     return None
 
 

@@ -21,8 +21,8 @@ _TUNE_LOCK = threading.RLock()
 _current = threading.local()  # the TuningRequest of the tuning in progress on this thread
 _DTYPE_STR: dict = {}
 
-#: Launch options every upstream interpreter and compiler accepts besides kernel parameters.
-_UPSTREAM_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg", "ir_override"})
+#: Launch options every Triton interpreter accepts besides kernel parameters.
+_UPSTREAM_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg"})
 
 
 def dtype_str(dtype: Any) -> str:
@@ -71,8 +71,9 @@ class KernelState:
         entry = self.launch.get(id(config))
         if entry is None or entry[0] is not config:
             kwargs = config.all_kwargs()
-            if _compat.IS_ASCEND and _compat.interpret():
-                # Ascend compile options (multibuffer, ...) mean nothing to the interpreter.
+            if _compat.interpret():
+                # Compile options (Triton 3.2's warp-spec fields, Ascend's multibuffer, ...) mean
+                # nothing to the interpreter, and older interpreters reject them.
                 kwargs = {k: v for k, v in kwargs.items() if k in self.arg_set or k in _UPSTREAM_OPTIONS}
             entry = self.launch[id(config)] = (config, kwargs)
         return entry[1]

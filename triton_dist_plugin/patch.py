@@ -51,7 +51,7 @@ def activate() -> None:
             if _compat.LAZY_BENCH:
                 original = cls.__dict__["do_bench"]
                 ours = property(launch.do_bench_property, doc=original.__doc__)
-                setattr(cls, "do_bench", ours)
+                cls.do_bench = ours
                 _installed.append((cls, "do_bench", original, ours))
             else:
                 _wrap(cls, "__init__", launch.init_wrapper)

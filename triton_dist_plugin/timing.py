@@ -21,7 +21,7 @@ import statistics
 import threading
 import time
 import warnings
-from typing import Callable
+from typing import Callable, Optional
 
 from . import _compat
 from .bus import hookimpl
@@ -56,12 +56,12 @@ def resolve_method(device: str) -> str:
         raise ValueError(f"{ENV}={raw!r} is not a timing method; valid values are: {', '.join(METHODS)}")
     if device == "cpu":
         if method not in (None, "wall"):
-            warn_once((method, "wall"), f"{ENV}={raw} needs a GPU or NPU; timing with the wall clock under the interpreter")
+            warn_once((method, "wall"), f"{ENV}={raw} needs a GPU or NPU; timing with the wall clock instead")
         return "wall"
     if method is None:
         return "event"
     if method == "cudagraph" and device != "cuda":
-        warn_once((method, device), f"{ENV}=cudagraph needs CUDA graphs, which {device} lacks; timing with device events")
+        warn_once((method, device), f"{ENV}=cudagraph needs CUDA graphs, which {device} lacks; using device events")
         return "event"
     return method
 
@@ -82,7 +82,9 @@ def _synchronize(device: str) -> Callable[[], None]:
     return getattr(torch, device).synchronize
 
 
-def bench_wall(call: Callable, device: str, n_warmup: int | None, n_repeat: int | None, quantiles: tuple) -> list[float]:
+def bench_wall(
+    call: Callable, device: str, n_warmup: Optional[int], n_repeat: Optional[int], quantiles: tuple
+) -> list[float]:
     sync = _synchronize(device)
     for _ in range(1 if n_warmup is None else n_warmup):
         call()
@@ -96,13 +98,14 @@ def bench_wall(call: Callable, device: str, n_warmup: int | None, n_repeat: int 
     return _quantiles(samples, quantiles)
 
 
-def bench_event(call: Callable, device: str, n_warmup: int | None, n_repeat: int | None, quantiles: tuple) -> list[float]:
+def bench_event(
+    call: Callable, device: str, n_warmup: Optional[int], n_repeat: Optional[int], quantiles: tuple
+) -> list[float]:
     bench = _compat.default_benchmarker()
     if n_warmup is None and n_repeat is None:
         return list(bench(call, quantiles=quantiles))
     # Counts were asked for: time exactly that many calls with events and an L2 flush.
     import torch
-
     from triton.runtime.driver import driver
 
     mod = getattr(torch, device)
@@ -121,7 +124,9 @@ def bench_event(call: Callable, device: str, n_warmup: int | None, n_repeat: int
     return _quantiles([s.elapsed_time(e) for s, e in zip(starts, ends)], quantiles)
 
 
-def bench_cudagraph(call: Callable, device: str, n_warmup: int | None, n_repeat: int | None, quantiles: tuple) -> list[float]:
+def bench_cudagraph(
+    call: Callable, device: str, n_warmup: Optional[int], n_repeat: Optional[int], quantiles: tuple
+) -> list[float]:
     from triton.testing import do_bench_cudagraph
 
     try:
@@ -160,7 +165,9 @@ def _npu_profiler(call: Callable, n_warmup: int, n_repeat: int, quantiles: tuple
     return [float(ms)] * len(quantiles)
 
 
-def bench_profiler(call: Callable, device: str, name: str, n_warmup: int | None, n_repeat: int | None, quantiles: tuple) -> list[float]:
+def bench_profiler(
+    call: Callable, device: str, name: str, n_warmup: Optional[int], n_repeat: Optional[int], quantiles: tuple
+) -> list[float]:
     n_warmup = 5 if n_warmup is None else n_warmup
     n_repeat = 30 if n_repeat is None else max(1, n_repeat)
     try:
