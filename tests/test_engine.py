@@ -1,0 +1,407 @@
+"""The patched Autotuner on real kernels under the interpreter: upstream semantics, kept."""
+
+import math
+import threading
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from helpers import DEVICE, rand
+
+import triton_dist_plugin as tdp
+from kernels import KERNELS
+from triton_dist_plugin import _compat, hookimpl
+
+
+class Recorder:
+    """Observer plugin: every tuning record, and every candidate the timing hook saw."""
+
+    def __init__(self):
+        self.records, self.timed = [], []
+
+    @hookimpl
+    def tdp_on_tuned(self, record):
+        self.records.append(record)
+
+    @hookimpl(tryfirst=True)
+    def tdp_time_candidate(self, request):
+        self.timed.append(request)
+        return None  # no opinion: the built-in times it
+
+
+@pytest.fixture
+def recorder(plugins):
+    rec = Recorder()
+    plugins(rec)
+    return rec
+
+
+def tuned(name, **kw):
+    spec = KERNELS[name]
+    return spec, triton.autotune(configs=spec.configs(DEVICE), key=spec.key, **kw)(spec.jit)
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_every_kernel_tunes_runs_and_records_in_upstream_shapes(name, recorder):
+    spec, kernel = tuned(name)
+    args = spec.make_inputs("tiny", DEVICE)
+    out = spec.launch(kernel, *args)
+    torch.testing.assert_close(out, spec.reference(*args), rtol=1e-4, atol=1e-4)
+    assert len(kernel.cache) == 1
+    (key, best), = kernel.cache.items()
+    assert kernel.best_config is best
+    assert kernel.bench_time > 0
+    assert set(kernel.configs_timings) == set(spec.configs(DEVICE))
+    for timing in kernel.configs_timings.values():
+        assert isinstance(timing, list) and len(timing) == 3 and all(t > 0 for t in timing)
+    assert best == min(kernel.configs_timings, key=kernel.configs_timings.get)
+    assert [r.key for r in recorder.records] == [key]
+    assert recorder.records[0].method == ("wall" if DEVICE == "cpu" else "event")
+    assert {r.device for r in recorder.timed} == {DEVICE}
+
+
+def test_cache_hit_does_not_retune_and_new_keys_do(recorder):
+    spec, kernel = tuned("add")
+    x, y = spec.make_inputs("tiny", DEVICE)
+    spec.launch(kernel, x, y)
+    spec.launch(kernel, x, y)
+    assert len(recorder.records) == 1
+    spec.launch(kernel, x[:700], y[:700])  # n is in the key
+    spec.launch(kernel, x.double(), y.double())  # so are the tensors' dtypes
+    assert [r.key for r in recorder.records] == [(1000, "torch.float32", "torch.float32", "torch.float32"),
+                                                 (700, "torch.float32", "torch.float32", "torch.float32"),
+                                                 (1000, "torch.float64", "torch.float64", "torch.float64")]
+    assert set(kernel.cache) == {r.key for r in recorder.records}
+
+
+def test_key_matches_upstream_when_arguments_come_by_keyword(recorder):
+    spec, kernel = tuned("scale")
+    x, _alpha = spec.make_inputs("tiny", DEVICE)
+    y = torch.empty_like(x)
+    kernel[lambda m: (triton.cdiv(x.numel(), m["BLOCK"]),)](x, y, alpha=2.0, n=x.numel())
+    torch.testing.assert_close(y, 2 * x)
+    assert recorder.records[0].key == (1000, "torch.float32", "torch.float32")
+
+
+@triton.jit
+def _copy(x, y, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)
+
+
+def _launch_copy(kernel, n=200):
+    x = rand(n)
+    y = torch.zeros_like(x)
+    kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, y, n)
+    return x, y
+
+
+def test_a_failing_candidate_times_as_infinity_and_tuning_goes_on(recorder):
+    bad = triton.Config({"BLOCK": 96})  # tl.arange needs a power of two
+    good = [triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})]
+    kernel = triton.autotune(configs=[good[0], bad, good[1]], key=["n"])(_copy)
+    x, y = _launch_copy(kernel)
+    assert torch.equal(x, y)
+    assert kernel.configs_timings[bad] == [math.inf] * 3
+    assert kernel.best_config in good
+    record = recorder.records[0]
+    assert set(record.failures) == {bad}
+    assert "power of 2" in record.failures[bad] or "arange" in record.failures[bad]
+
+
+def test_every_candidate_failing_is_a_runtime_error_listing_each_reason():
+    bad = [triton.Config({"BLOCK": 96}), triton.Config({"BLOCK": 48})]
+    kernel = triton.autotune(configs=bad, key=["n"])(_copy)
+    with pytest.raises(RuntimeError, match="every candidate of _copy failed") as info:
+        _launch_copy(kernel)
+    assert isinstance(info.value, tdp.NoValidConfig)
+    assert set(info.value.failures) == set(bad)
+    for config in bad:
+        assert str(config) in str(info.value)
+    assert not kernel.cache  # nothing picked silently
+
+
+def test_conflicting_meta_parameter_is_a_clear_error():
+    kernel = triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})], key=["n"])(_copy)
+    x = rand(100)
+    with pytest.raises(ValueError, match="Conflicting meta-parameters: BLOCK"):
+        kernel[(1,)](x, x, 100, BLOCK=128)
+
+
+@triton.jit
+def _accumulate(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.atomic_add(out + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)
+
+
+@triton.jit
+def _increment(x, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x + offs, tl.load(x + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+CONFIGS = [triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})]
+GRID = lambda n: lambda m: (triton.cdiv(n, m["BLOCK"]),)  # noqa: E731
+
+
+def test_reset_to_zero_is_applied_before_every_run_and_the_final_launch():
+    kernel = triton.autotune(configs=CONFIGS, key=["n"], reset_to_zero=["out"])(_accumulate)
+    x, out = rand(100), torch.full((100,), 7.0)
+    kernel[GRID(100)](x, out, 100)
+    torch.testing.assert_close(out, x)
+
+
+def test_restore_value_undoes_every_timed_run():
+    kernel = triton.autotune(configs=CONFIGS, key=["n"], restore_value=["x"])(_increment)
+    x = rand(100)
+    before = x.clone()
+    kernel[GRID(100)](x, 100)
+    torch.testing.assert_close(x, before + 1)
+
+
+def test_user_pre_and_post_hooks_are_called_around_every_timed_run():
+    seen = []
+    kernel = triton.autotune(configs=CONFIGS, key=["n"], pre_hook=lambda a, reset_only=False: seen.append("pre"),
+                             post_hook=lambda a, exception: seen.append("post"))(_copy)
+    _launch_copy(kernel)
+    assert seen.count("pre") == seen.count("post") + 1  # +1: reset_only before the real launch
+    assert seen.count("post") >= len(CONFIGS)
+
+
+def test_config_pre_hook_runs_before_tuning_runs_and_the_launch():
+    calls = []
+    configs = [triton.Config({"BLOCK": b}, pre_hook=lambda a: calls.append(a["n"])) for b in (32, 64)]
+    kernel = triton.autotune(configs=configs, key=["n"])(_copy)
+    _launch_copy(kernel, n=90)
+    n = len(calls)
+    _launch_copy(kernel, n=90)
+    assert n >= 3 and len(calls) == n + 1 and set(calls) == {90}
+
+
+def test_prune_configs_by_and_the_prune_hook_apply_in_turn(recorder, plugins):
+    configs = [triton.Config({"BLOCK": b}) for b in (16, 32, 64, 128)]
+    early = lambda configs, nargs, **kw: [c for c in configs if c.kwargs["BLOCK"] <= nargs["n"]]  # noqa: E731
+
+    class DropSmallest:
+        @hookimpl
+        def tdp_prune_configs(self, request, configs):
+            assert request.nargs["n"] == 100 and request.kernel_name == "_copy"
+            return sorted(configs, key=lambda c: c.kwargs["BLOCK"])[1:]
+
+    plugins(DropSmallest())
+    kernel = triton.autotune(configs=configs, key=["n"], prune_configs_by={"early_config_prune": early})(_copy)
+    _launch_copy(kernel, n=100)
+    assert sorted(c.kwargs["BLOCK"] for c in kernel.configs_timings) == [32, 64]
+
+
+def test_pruning_to_one_config_skips_timing(recorder):
+    early = lambda configs, nargs, **kw: configs[:1]  # noqa: E731
+    kernel = triton.autotune(configs=CONFIGS, key=["n"], prune_configs_by={"early_config_prune": early})(_copy)
+    x, y = _launch_copy(kernel)
+    assert torch.equal(x, y) and kernel.best_config is CONFIGS[0] and not recorder.timed
+
+
+def test_perf_model_top_k_is_honoured():
+    configs = [triton.Config({"BLOCK": b}) for b in (16, 32, 64, 128)]
+    model = lambda **kw: -kw["BLOCK"]  # noqa: E731
+    kernel = triton.autotune(configs=configs, key=["n"], prune_configs_by={"perf_model": model, "top_k": 2})(_copy)
+    _launch_copy(kernel)
+    assert sorted(c.kwargs["BLOCK"] for c in kernel.configs_timings) == [64, 128]
+
+
+def test_pruning_everything_is_an_error(plugins):
+    early = lambda configs, nargs, **kw: []  # noqa: E731
+    kernel = triton.autotune(configs=CONFIGS, key=["n"], prune_configs_by={"early_config_prune": early})(_copy)
+    with pytest.raises(Exception, match="(?i)no valid autotuner configs"):
+        _launch_copy(kernel)
+
+    class Greedy:
+        @hookimpl
+        def tdp_prune_configs(self, configs):
+            return []
+
+    plugins(Greedy(), name="greedy")
+    kernel = triton.autotune(configs=CONFIGS, key=["n"])(_copy)
+    with pytest.raises(ValueError, match="plugin 'greedy' pruned every candidate"):
+        _launch_copy(kernel)
+
+
+def test_single_config_shortcut_needs_no_key_or_timing(recorder):
+    kernel = triton.autotune(configs=CONFIGS[:1], key=["n"])(_copy)
+    x, y = _launch_copy(kernel)
+    assert torch.equal(x, y) and not recorder.timed and not kernel.cache
+
+
+def test_kernels_own_do_bench_wins_over_every_hook(recorder):
+    calls = []
+
+    def own(fn, quantiles):
+        fn()
+        calls.append(1)
+        return [float(len(calls)), 0.0, 0.0]
+
+    kernel = triton.autotune(configs=CONFIGS, key=["n"], do_bench=own)(_copy)
+    _launch_copy(kernel)
+    assert len(calls) == 2 and not recorder.timed
+    assert kernel.best_config is CONFIGS[0]
+
+
+def test_timing_plugin_replaces_the_builtin_and_floats_are_normalised(plugins):
+    class Fixed:
+        @hookimpl
+        def tdp_time_candidate(self, request):
+            request.call()
+            return 1.0 / request.config.kwargs["BLOCK"]
+
+    plugins(Fixed())
+    kernel = triton.autotune(configs=CONFIGS, key=["n"])(_copy)
+    _launch_copy(kernel)
+    assert kernel.configs_timings[CONFIGS[1]] == [1 / 64] * 3
+    assert kernel.best_config is CONFIGS[1]
+
+
+def test_a_hook_returning_the_wrong_type_names_the_plugin(plugins):
+    class Broken:
+        @hookimpl
+        def tdp_time_candidate(self, request):
+            return "fast"
+
+    plugins(Broken(), name="broken-timer")
+    kernel = triton.autotune(configs=CONFIGS, key=["n"])(_copy)
+    with pytest.raises(tdp.PluginError, match="plugin 'broken-timer' returned a bad result from tdp_time_candidate"):
+        _launch_copy(kernel)
+
+
+def test_misspelt_hook_is_rejected_at_registration():
+    class Typo:
+        @hookimpl
+        def tdp_time_candidat(self, request):
+            return 1.0
+
+    with pytest.raises(Exception, match="tdp_time_candidat"):
+        tdp.register(Typo())
+    assert not any(isinstance(p, Typo) for p in tdp.plugin_manager().get_plugins())
+
+
+def test_unknown_bench_method_is_an_error_listing_valid_ones(monkeypatch):
+    monkeypatch.setenv("TRITON_BENCH_METHOD", "stopwatch")
+    kernel = triton.autotune(configs=CONFIGS, key=["n"])(_copy)
+    with pytest.raises(ValueError, match="event, profiler, npu, cudagraph, wall"):
+        _launch_copy(kernel)
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="fallback to the wall clock happens on the interpreter")
+def test_device_method_on_the_interpreter_falls_back_with_one_warning(monkeypatch, recorder):
+    from triton_dist_plugin import timing
+
+    timing._warned.clear()
+    monkeypatch.setenv("TRITON_BENCH_METHOD", "cudagraph")
+    with pytest.warns(RuntimeWarning, match="wall clock") as caught:
+        for n in (100, 101, 102):
+            _launch_copy(triton.autotune(configs=CONFIGS, key=["n"])(_copy), n=n)
+    assert len([w for w in caught if "wall clock" in str(w.message)]) == 1
+    assert {r.method for r in recorder.records} == {"wall"}
+
+
+def test_print_autotuning_shows_every_candidate_and_the_pick(monkeypatch, capsys):
+    monkeypatch.setenv("TRITON_PRINT_AUTOTUNING", "1")
+    bad = triton.Config({"BLOCK": 96})
+    kernel = triton.autotune(configs=CONFIGS + [bad], key=["n"])(_copy)
+    _launch_copy(kernel)
+    out = capsys.readouterr().out
+    assert "Triton autotuning for function _copy" in out and "best config selected" in out
+    assert out.count(" ms") == 2 and "failed:" in out
+
+
+@pytest.mark.skipif(_compat.autotuning_listener is None or _compat.knobs is None
+                    or not hasattr(_compat.knobs.autotuning, "listener"), reason="Triton without listener knob")
+def test_triton_autotuning_listener_still_fires():
+    events = []
+    _compat.knobs.autotuning.listener = lambda **kw: events.append(kw)
+    try:
+        kernel = triton.autotune(configs=CONFIGS, key=["n"])(_copy)
+        _launch_copy(kernel)
+    finally:
+        _compat.knobs.autotuning.listener = None
+    assert len(events) == 1 and events[0]["cache_hit"] is False
+    assert events[0]["best_config"] is kernel.best_config and events[0]["duration"] > 0
+
+
+def test_heuristics_over_autotune_still_work():
+    kernel = triton.heuristics({"EVEN": lambda a: a["n"] % 2 == 0})(
+        triton.autotune(configs=CONFIGS, key=["n"])(_copy_even)
+    )
+    x = rand(64)
+    y = torch.zeros_like(x)
+    kernel[lambda m: (triton.cdiv(64, m["BLOCK"]),)](x, y, 64)
+    assert torch.equal(x, y)
+
+
+@triton.jit
+def _copy_even(x, y, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)
+
+
+class LibTuner(_compat.Autotuner):
+    """A FlagGems-style subclass that replaces run() with its own loop over _bench."""
+
+    def run(self, *args, **kwargs):
+        self.nargs = dict(zip(self.arg_names, args))
+        key = tuple(args[self.arg_names.index(k)] for k in self.keys)
+        if key not in self.cache:
+            timings = {c: self._bench(*args, config=c, **kwargs) for c in self.prune_configs(kwargs)}
+            self.cache[key] = min(timings, key=timings.get)
+            self.configs_timings = timings
+        return self.fn.run(*args, **kwargs, **self.cache[key].all_kwargs())
+
+
+def test_subclass_with_its_own_run_times_through_the_hooks(recorder):
+    bad = triton.Config({"BLOCK": 96})
+    kernel = LibTuner(_copy, _copy.arg_names, CONFIGS + [bad], ["n"], None, None)
+    x, y = _launch_copy(kernel)
+    assert torch.equal(x, y)
+    assert {r.config for r in recorder.timed} == set(CONFIGS + [bad])
+    assert kernel.configs_timings[bad] == [math.inf] * 3 and "arange" in str(kernel.tdp_failures[bad]) or \
+        "power of 2" in str(kernel.tdp_failures[bad])
+
+
+class _Serialised:
+    """Runs the interpreter one launch at a time (it is not thread-safe by itself), leaving the
+    autotuner's own logic (keys, pruning, hooks, reset/restore) to race as it would on a GPU."""
+
+    def __init__(self, fn):
+        self.fn, self.arg_names, self.lock = fn, fn.arg_names, threading.Lock()
+
+    def run(self, *args, **kwargs):
+        with self.lock:
+            return self.fn.run(*args, **kwargs)
+
+
+def test_threads_with_different_keys_get_correct_results():
+    kernel = triton.autotune(configs=CONFIGS, key=["n"], reset_to_zero=["out"])(_accumulate)
+    if DEVICE == "cpu":
+        kernel.fn = _Serialised(kernel.fn)
+    errors, done, barrier = [], [], threading.Barrier(4)
+
+    def worker(n):
+        try:
+            barrier.wait()
+            for i in range(3):
+                # Tuning zeroes `out` (reset_to_zero); a cache-hit launch does not, as upstream.
+                x, out = rand(n), torch.full((n,), 5.0) if i == 0 else torch.zeros(n)
+                kernel[GRID(n)](x, out, n)
+                torch.testing.assert_close(out, x)
+                done.append(n)
+        except Exception as exc:  # surfaced below
+            errors.append((n, exc))
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in (50, 70, 90, 110)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert sorted(done) == sorted([50, 70, 90, 110] * 3)
+    assert {k[0] for k in kernel.cache} == {50, 70, 90, 110}
