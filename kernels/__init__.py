@@ -31,6 +31,17 @@ add`` would shadow the ``kernels.add`` submodule with the launcher.
 
 from __future__ import annotations
 
+import os as _os
+
+import torch as _torch
+
+# Without a GPU these kernels run on Triton's CPU interpreter; it must be chosen before any
+# kernel is decorated, which happens as the submodules below are imported.
+if "TRITON_INTERPRET" not in _os.environ and not _torch.cuda.is_available():
+    _os.environ["TRITON_INTERPRET"] = "1"
+
+
+
 from collections.abc import Callable
 from dataclasses import dataclass
 

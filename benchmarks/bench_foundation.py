@@ -1,0 +1,198 @@
+"""Upstream triton.autotune and the plugin side by side, on one GPU, in one run.
+
+    python benchmarks/bench_foundation.py [--out results.json]
+
+Importing the plugin patches Triton, so each side runs in its own process (same kernels, same
+inputs); this script starts both and prints a table. Measured:
+
+1. launch of an already-tuned kernel (tiny add, cache hit): host time per call against a direct
+   launch of the same compiled kernel, in the same process, three rounds;
+2. timing of a ~1 us kernel: event timing (do_bench), the plugin's ``profiler`` method, and the
+   raw CUPTI kernel time from ``torch.profiler`` (the reference);
+3. the 48-config fp16 matmul at 4096^3: first-call tuning time and the pick of each side, then
+   both picks timed again carefully in one process (median of do_bench, alternating, 5 rounds);
+4. (plugin) threads launching one autotuned kernel with different keys: results checked;
+5. (plugin) ``cache_results``: a second process finds the pick in Triton's disk cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def child(side: str) -> dict:
+    if side == "plugin":
+        import triton_dist_plugin  # noqa: F401  (patches Triton)
+    import threading
+
+    import torch
+    import triton
+
+    from kernels import KERNELS
+
+    out: dict = {"side": side, "triton": triton.__version__, "torch": torch.__version__,
+                 "gpu": torch.cuda.get_device_name(0)}
+    add = KERNELS["add"]
+    n = 1 << 12
+    x = torch.randn(n, device="cuda")
+    y = torch.randn(n, device="cuda")
+    o = torch.empty_like(x)
+    add_configs = [triton.Config({"BLOCK": b}, num_warps=w) for b in (256, 512, 1024) for w in (2, 4)]
+    tuned = triton.autotune(configs=add_configs, key=["n"])(add.jit)
+    grid = lambda m: (triton.cdiv(n, m["BLOCK"]),)  # noqa: E731
+    tuned[grid](x, y, o, n)
+    torch.cuda.synchronize()
+    best = tuned.best_config
+    direct_grid = (triton.cdiv(n, best.kwargs["BLOCK"]),)
+    add.jit[direct_grid](x, y, o, n, BLOCK=best.kwargs["BLOCK"], num_warps=best.num_warps)
+    torch.cuda.synchronize()
+
+    def host_loop(f, iters=20000):
+        for _ in range(500):
+            f()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            f()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / iters * 1e6
+
+    rounds = []
+    for _ in range(3):
+        t_tuned = host_loop(lambda: tuned[grid](x, y, o, n))
+        t_direct = host_loop(lambda: add.jit[direct_grid](x, y, o, n, BLOCK=best.kwargs["BLOCK"],
+                                                           num_warps=best.num_warps))
+        rounds.append({"tuned_us": t_tuned, "direct_us": t_direct, "ratio": t_tuned / t_direct})
+    out["dispatch"] = rounds
+
+    # 2. a ~1 us kernel timed three ways
+    call = lambda: add.jit[direct_grid](x, y, o, n, BLOCK=best.kwargs["BLOCK"], num_warps=best.num_warps)  # noqa
+    ev = triton.testing.do_bench(call, return_mode="median")
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(100):
+            call()
+        torch.cuda.synchronize()
+    ks = [e.device_time for e in prof.events() if e.device_type.name == "CUDA" and "add_kernel" in e.name]
+    out["short_kernel"] = {"event_ms": ev, "cupti_ms": statistics.median(ks) / 1e3 if ks else None}
+    if side == "plugin":
+        from triton_dist_plugin import timing
+
+        out["short_kernel"]["plugin_profiler_ms"] = timing.bench_profiler(call, "cuda", "add_kernel", None, None,
+                                                                          (0.5, 0.2, 0.8))[0]
+        out["short_kernel"]["plugin_cudagraph_ms"] = timing.bench_cudagraph(call, "cuda", None, None, (0.5,))[0]
+
+    # 3. the 48-config matmul
+    mm = KERNELS["matmul"]
+    tuned_mm = triton.autotune(configs=mm.configs("cuda"), key=mm.key)(mm.jit)
+    a, b = mm.make_inputs("gpu", "cuda")
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    c = mm.launch(tuned_mm, a, b)
+    torch.cuda.synchronize()
+    first_call = time.perf_counter() - t0
+    ref = a.float() @ b.float()
+    pick = tuned_mm.best_config
+    vals = sorted(v[0] for v in tuned_mm.configs_timings.values())
+    out["matmul"] = {"first_call_s": first_call, "n_configs": len(mm.configs("cuda")),
+                     "pick": {"kwargs": pick.kwargs, "num_warps": pick.num_warps, "num_stages": pick.num_stages},
+                     "rel_err": ((c.float() - ref).norm() / ref.norm()).item(), "tuning_min_ms": vals[0],
+                     "n_failed": sum(v == float("inf") for v in vals)}
+    other = json.loads(os.environ.get("TDP_OTHER_PICK", "null"))
+    if other:
+        def timed(p):
+            return lambda: mm.launch(mm.jit, a, b, **p["kwargs"], num_warps=p["num_warps"], num_stages=p["num_stages"])
+        picks = {"plugin": out["matmul"]["pick"], "upstream": other}
+        meds = {k: [] for k in picks}
+        for _ in range(5):
+            for k, p in picks.items():
+                meds[k].append(triton.testing.do_bench(timed(p), warmup=100, rep=500, return_mode="median"))
+        out["matmul"]["remeasured_ms"] = {k: statistics.median(v) for k, v in meds.items()}
+
+    # 4. threads, different keys, one kernel
+    if side == "plugin":
+        acc = triton.autotune(configs=add_configs, key=["n"])(add.jit)
+        errors = []
+        barrier = threading.Barrier(8)
+
+        def worker(m):
+            try:
+                barrier.wait()
+                for _ in range(20):
+                    xs, ys = torch.randn(m, device="cuda"), torch.randn(m, device="cuda")
+                    os_ = torch.empty_like(xs)
+                    acc[lambda meta: (triton.cdiv(m, meta["BLOCK"]),)](xs, ys, os_, m)
+                    torch.cuda.synchronize()
+                    if not torch.equal(os_, xs + ys):
+                        errors.append(m)
+            except Exception as exc:
+                errors.append(repr(exc))
+
+        threads = [threading.Thread(target=worker, args=(1000 + 977 * i,)) for i in range(8)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        out["threads"] = {"n_threads": 8, "keys_tuned": len(acc.cache), "errors": errors[:5]}
+    return out
+
+
+def run_child(side: str, env: dict) -> dict:
+    proc = subprocess.run([sys.executable, __file__, "--child", side], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **env, "PYTHONPATH": str(ROOT)}, timeout=900)
+    if proc.returncode != 0:
+        return {"side": side, "error": proc.stderr[-3000:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def cache_probe(cache_dir: str) -> dict:
+    code = (
+        "import triton_dist_plugin as t, torch, triton\nfrom kernels import KERNELS\n"
+        "hits=[]\nclass P:\n    @t.hookimpl\n    def tdp_on_tuned(self, record): hits.append(record.cache_hit)\n"
+        "t.register(P())\nadd=KERNELS['add']\n"
+        "k=triton.autotune(configs=add.configs('cuda'), key=add.key, cache_results=True)(add.jit)\n"
+        "x,y=add.make_inputs('gpu','cuda')\no=add.launch(k,x,y)\ntorch.cuda.synchronize()\n"
+        "print(hits, torch.equal(o, x+y))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_CACHE_DIR": cache_dir}
+    runs = [subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env,
+                           timeout=600) for _ in range(2)]
+    return {"first": (runs[0].stdout or runs[0].stderr[-500:]).strip(),
+            "second": (runs[1].stdout or runs[1].stderr[-500:]).strip()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--child")
+    parser.add_argument("--out", default="benchmarks/results/foundation_h200.json")
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child), default=str))
+        return
+    upstream = run_child("upstream", {})
+    pick = (upstream.get("matmul") or {}).get("pick")
+    plugin = run_child("plugin", {"TDP_OTHER_PICK": json.dumps(pick)})
+    with tempfile.TemporaryDirectory() as d:
+        disk = cache_probe(d)
+    results = {"upstream": upstream, "plugin": plugin, "disk_cache": disk}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(results, indent=2, default=str))
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "foundation_h200.json").write_text(json.dumps(results, indent=2, default=str))
+    for side in (upstream, plugin):
+        if "error" in side:
+            print(side["side"], "ERROR", side["error"])
+    print(json.dumps(results, indent=1, default=str)[:6000])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Demo: tune the kernels in ``kernels/`` through the plugin and show what was tried and picked.
+
+    python -m kernels.demo [--out results.json] [kernel ...]
+
+Runs on a GPU when one is present, else on the CPU under ``TRITON_INTERPRET=1`` (set here
+before Triton is imported). Every ``@triton.autotune`` kernel is plain upstream code; the plugin
+times candidates (wall clock on the CPU), and an observer registered on the hook bus collects
+every tuning record, which this demo prints and writes to a JSON file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import tempfile
+
+import torch
+import triton
+
+import triton_dist_plugin as tdp
+from kernels import KERNELS  # chooses the CPU interpreter when there is no GPU
+
+
+class Collector:
+    """An observer plugin: keeps every ``tdp_on_tuned`` record."""
+
+    def __init__(self):
+        self.records = []
+
+    @tdp.hookimpl
+    def tdp_on_tuned(self, record):
+        self.records.append(record)
+
+
+def _write_json(path: str, data) -> None:
+    """Atomically: a temporary file in the same folder, then ``os.replace``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tdp-demo-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _short(config) -> str:
+    parts = [f"{k}={v}" for k, v in config.kwargs.items()] + [f"warps={config.num_warps}"]
+    if getattr(config, "num_stages", None) is not None:
+        parts.append(f"stages={config.num_stages}")
+    return " ".join(parts)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    names = ", ".join(sorted(KERNELS))
+    parser.add_argument("kernels", nargs="*", metavar="kernel", help=f"any of {names} (default: all)")
+    parser.add_argument("--out", default="tdp-demo-results.json", help="where to write the tuning records")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.kernels) - set(KERNELS))
+    if unknown:
+        parser.error(f"unknown kernel(s) {', '.join(unknown)}; choose from {', '.join(sorted(KERNELS))}")
+    args.kernels = args.kernels or sorted(KERNELS)
+
+    device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+    size = "tiny" if device == "cpu" else "gpu"
+    collector = Collector()
+    tdp.register(collector, name="demo-collector")
+    mode = "CPU interpreter, wall-clock timing" if device == "cpu" else torch.cuda.get_device_name(0)
+    print(f"triton {triton.__version__} | triton-dist-plugin {tdp.__version__} | {mode}\n")
+
+    report = []
+    for name in args.kernels:
+        spec = KERNELS[name]
+        kernel = triton.autotune(configs=spec.configs(device), key=spec.key)(spec.jit)
+        inputs = spec.make_inputs(size, device)
+        out = spec.launch(kernel, *inputs)
+        ref = spec.reference(*inputs)
+        tol = 1e-4 if size == "tiny" else 2e-2
+        ok = torch.allclose(out.float(), ref.float(), rtol=tol, atol=tol)
+        record = collector.records[-1]
+        verdict = "ok" if ok else "WRONG"
+        print(f"{name}  key={record.key}  ({record.method} timing, {record.bench_time:.2f}s, output {verdict})")
+        for config, timing in sorted(record.timings.items(), key=lambda kv: kv[1][0]):
+            pick = "<- pick" if config is record.best_config else ""
+            shown = f"{timing[0]:10.4f} ms" if math.isfinite(timing[0]) else f"failed: {record.failures.get(config)}"
+            print(f"   {_short(config):<52} {shown} {pick}")
+        print()
+        report.append({
+            "kernel": name, "key": [str(k) for k in record.key], "method": record.method, "device": record.device,
+            "correct": bool(ok), "bench_time_s": record.bench_time, "pick": _short(record.best_config),
+            "candidates": [{"config": _short(c), "ms": t[0] if math.isfinite(t[0]) else None,
+                            "failure": record.failures.get(c)} for c, t in record.timings.items()],
+        })
+    _write_json(args.out, report)
+    print(f"picks are cached in each kernel's `cache` (in-process); records written to {os.path.abspath(args.out)}")
+    tdp.unregister(collector)
+    return 0 if all(r["correct"] for r in report) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
