@@ -74,6 +74,11 @@ def _quantiles(samples: list[float], quantiles: tuple) -> list[float]:
     return [samples[0] if q <= 0 else samples[-1] if q >= 1 else cuts[round(q * 100) - 1] for q in quantiles]
 
 
+def _as_list(value, quantiles: tuple) -> list[float]:
+    """Triton's benchmarkers return a bare float when asked for a single quantile."""
+    return [float(value)] * len(quantiles) if isinstance(value, (int, float)) else [float(v) for v in value]
+
+
 def _synchronize(device: str) -> Callable[[], None]:
     if device == "cpu":
         return lambda: None
@@ -103,7 +108,7 @@ def bench_event(
 ) -> list[float]:
     bench = _compat.default_benchmarker()
     if n_warmup is None and n_repeat is None:
-        return list(bench(call, quantiles=quantiles))
+        return _as_list(bench(call, quantiles=quantiles), quantiles)
     # Counts were asked for: time exactly that many calls with events and an L2 flush.
     import torch
     from triton.runtime.driver import driver
@@ -130,7 +135,7 @@ def bench_cudagraph(
     from triton.testing import do_bench_cudagraph
 
     try:
-        return list(do_bench_cudagraph(call, quantiles=quantiles))
+        return _as_list(do_bench_cudagraph(call, quantiles=quantiles), quantiles)
     except Exception as exc:  # capture refused (allocations, host syncs in hooks...): not the config's fault
         warn_once(("cudagraph", type(exc).__name__), f"CUDA graph capture failed ({exc}); timing with device events")
         return bench_event(call, device, n_warmup, n_repeat, quantiles)
