@@ -405,3 +405,38 @@ def test_threads_with_different_keys_get_correct_results():
     assert not errors, errors
     assert sorted(done) == sorted([50, 70, 90, 110] * 3)
     assert {k[0] for k in kernel.cache} == {50, 70, 90, 110}
+
+
+def test_clearing_upstreams_cache_retunes_even_after_fast_launches(recorder):
+    kernel = triton.autotune(configs=CONFIGS, key=["n"])(_copy)
+    for _ in range(3):
+        _launch_copy(kernel)
+    assert "run" in kernel.__dict__ and len(recorder.records) == 1  # the fast path is in place
+    kernel.cache.clear()
+    x, y = _launch_copy(kernel)
+    assert torch.equal(x, y) and len(recorder.records) == 2
+
+
+def test_fast_path_keeps_dtype_and_keyword_launches_apart(recorder):
+    kernel = triton.autotune(configs=CONFIGS, key=["n"])(_copy)
+    _launch_copy(kernel)
+    _launch_copy(kernel)
+    x = rand(200).double()
+    y = torch.zeros_like(x)
+    kernel[GRID(200)](x, y, 200)
+    assert torch.equal(x, y) and len(recorder.records) == 2  # a new dtype is a new key
+    kernel[GRID(200)](x, y, n=200)  # keywords take the full path and find the same key
+    assert len(recorder.records) == 2
+
+
+def test_deactivate_removes_per_instance_fast_paths():
+    kernel = triton.autotune(configs=CONFIGS, key=["n"])(_copy)
+    _launch_copy(kernel)
+    assert "run" in kernel.__dict__
+    tdp.deactivate()
+    try:
+        assert "run" not in kernel.__dict__
+    finally:
+        tdp.activate()
+    x, y = _launch_copy(kernel)  # still tuned: the pick stays cached
+    assert torch.equal(x, y)

@@ -74,3 +74,9 @@ def deactivate() -> None:
     """Restore every attribute ``activate()`` replaced, exactly. Tuned picks stay cached."""
     with _lock:
         _restore()
+        for tuner in list(launch.fast_instances):
+            if tuner.__dict__.get("run") is not None and getattr(tuner.__dict__["run"], "__qualname__", "").startswith(
+                "_fast_run"
+            ):
+                del tuner.__dict__["run"]
+        launch.fast_instances.clear()
