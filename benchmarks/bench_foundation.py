@@ -68,12 +68,13 @@ def child(side: str) -> dict:
         return (time.perf_counter() - t0) / iters * 1e6
 
     rounds = []
-    for _ in range(3):
+    for _ in range(7):
         t_tuned = host_loop(lambda: tuned[grid](x, y, o, n))
         t_direct = host_loop(lambda: add.jit[direct_grid](x, y, o, n, BLOCK=best.kwargs["BLOCK"],
                                                            num_warps=best.num_warps))
         rounds.append({"tuned_us": t_tuned, "direct_us": t_direct, "ratio": t_tuned / t_direct})
     out["dispatch"] = rounds
+    out["dispatch_median_ratio"] = statistics.median(r["ratio"] for r in rounds)
 
     # 2. a ~1 us kernel timed three ways
     call = lambda: add.jit[direct_grid](x, y, o, n, BLOCK=best.kwargs["BLOCK"], num_warps=best.num_warps)  # noqa
