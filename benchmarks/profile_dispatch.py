@@ -1,0 +1,57 @@
+"""Where the host time of a cache-hit launch goes: the plugin's fast path, piece by piece."""
+
+import cProfile
+import pstats
+import time
+
+import torch
+import triton
+
+import triton_dist_plugin
+from kernels import KERNELS
+from triton_dist_plugin import launch
+
+add = KERNELS["add"]
+n = 1 << 12
+x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+o = torch.empty_like(x)
+tuned = triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w) for b in (256, 512) for w in (2, 4)],
+                        key=["n"])(add.jit)
+grid = lambda m: (triton.cdiv(n, m["BLOCK"]),)  # noqa: E731
+tuned[grid](x, y, o, n)
+best = tuned.best_config
+meta = launch.state_of(tuned).launch_kwargs(best)
+dgrid = (triton.cdiv(n, best.kwargs["BLOCK"]),)
+
+
+def per_call(f, iters=20000):
+    for _ in range(500):
+        f()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        f()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / iters * 1e6
+
+
+st = launch.state_of(tuned)
+args = (x, y, o, n)
+print("fast run installed:", "run" in tuned.__dict__, "fast entries:", len(st.fast), st.cache_len, len(tuned.cache))
+rows = {
+    "tuned[grid](...)": lambda: tuned[grid](x, y, o, n),
+    "direct, BLOCK+num_warps": lambda: add.jit[dgrid](x, y, o, n, BLOCK=best.kwargs["BLOCK"], num_warps=best.num_warps),
+    "direct, all config kwargs": lambda: add.jit[dgrid](x, y, o, n, **meta),
+    "direct, lambda grid + all kwargs": lambda: add.jit[grid](x, y, o, n, **meta),
+    "key only": lambda: st.key_get(args),
+}
+for _ in range(2):
+    for name, f in rows.items():
+        print(f"{name:36s} {per_call(f):8.2f} us")
+pr = cProfile.Profile()
+pr.enable()
+for _ in range(20000):
+    tuned[grid](x, y, o, n)
+torch.cuda.synchronize()
+pr.disable()
+pstats.Stats(pr).sort_stats("tottime").print_stats(12)
