@@ -7,7 +7,7 @@ import time
 import torch
 import triton
 
-import triton_dist_plugin
+import triton_dist_plugin  # noqa: F401  (patches Triton)
 from kernels import KERNELS
 from triton_dist_plugin import launch
 
