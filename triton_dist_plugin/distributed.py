@@ -1,26 +1,159 @@
-"""Distributed selection: timings reduced over a ``torch.distributed`` group."""
+"""Distributed selection: every rank of a ``torch.distributed`` group ends with the same pick.
+
+Ranks first agree (same key, same retained candidates, same cache decision), then time every
+candidate in the same order, and reduce the timings with MAX over the group: the slowest rank's
+time counts, so every rank computes the same minimum. Every collective here waits at most
+``TRITON_DIST_AUTOTUNE_TIMEOUT`` seconds (default 300): a rank that diverged or died makes the
+others fail with an error that says so, never hang.
+
+Plain ``@triton.autotune`` kernels tune alone unless asked: ``with tuning_group(group):`` (or
+``set_tuning_group(group)``) makes every kernel tuned in that scope reduce over ``group``.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import hashlib
+import os
+from datetime import timedelta
+from typing import Any, Iterator, Optional
+
 from .bus import hookimpl
+
+TIMEOUT_ENV = "TRITON_DIST_AUTOTUNE_TIMEOUT"
+_group: contextvars.ContextVar = contextvars.ContextVar("tdp_tuning_group", default=None)
+_default_group: Any = None
+
+
+class RankMismatch(RuntimeError):
+    """Ranks entered one tuning with different keys, candidates or decisions."""
+
+
+def timeout() -> timedelta:
+    return timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, "300")))
+
+
+def set_tuning_group(group: Any) -> None:
+    """Make every ``@triton.autotune`` kernel tuned from now on reduce over ``group`` (None: alone).
+
+    ``"world"`` means ``torch.distributed``'s default group.
+    """
+    global _default_group
+    _default_group = group
+
+
+@contextlib.contextmanager
+def tuning_group(group: Any = "world") -> Iterator[None]:
+    """Within this block, ``@triton.autotune`` kernels tune together over ``group``."""
+    token = _group.set(group)
+    try:
+        yield
+    finally:
+        _group.reset(token)
+
+
+def _resolve(group: Any) -> Any:
+    if group is None:
+        return None
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("distributed tuning was asked for, but torch.distributed is not initialised; "
+                           "call torch.distributed.init_process_group first")
+    return dist.group.WORLD if isinstance(group, str) and group.lower() == "world" else group
+
+
+def kernel_group() -> Any:
+    """The group plain kernels tune over here: the innermost ``tuning_group`` or the default."""
+    group = _group.get()
+    return _resolve(group if group is not None else _default_group)
+
+
+def function_group(pg: Any) -> Any:
+    """The group for the function-level tuner: ``pg``, else WORLD when initialised, else None."""
+    if pg is not None:
+        return _resolve(pg)
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist.group.WORLD
+    return None
+
+
+def _device_for(group: Any) -> str:
+    import torch.distributed as dist
+
+    return "cuda" if dist.get_backend(group) == "nccl" else "cpu"
+
+
+def _wait(work: Any, what: str) -> None:
+    try:
+        ok = work.wait(timeout())
+    except RuntimeError as exc:
+        raise RuntimeError(f"{what}: no agreement across ranks within {timeout().total_seconds():.0f}s "
+                           f"({TIMEOUT_ENV}); another rank failed, diverged or did not enter tuning ({exc})") from exc
+    if ok is False:
+        raise RuntimeError(f"{what}: timed out after {timeout().total_seconds():.0f}s ({TIMEOUT_ENV})")
+
+
+def all_reduce_max(values: list[float], group: Any, what: str = "timing reduction") -> list[float]:
+    import torch
+    import torch.distributed as dist
+
+    flat = torch.tensor(values, dtype=torch.float64, device=_device_for(group))
+    _wait(dist.all_reduce(flat, op=dist.ReduceOp.MAX, group=group, async_op=True), what)
+    return flat.cpu().tolist()
+
+
+def all_gather_ints(values: list[int], group: Any, what: str) -> list[list[int]]:
+    import torch
+    import torch.distributed as dist
+
+    mine = torch.tensor(values, dtype=torch.int64, device=_device_for(group))
+    out = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    _wait(dist.all_gather(out, mine, group=group, async_op=True), what)
+    return [t.cpu().tolist() for t in out]
+
+
+def digest(obj: Any) -> int:
+    """A stable 63-bit number for ``repr(obj)`` (what ranks compare instead of the object)."""
+    return int.from_bytes(hashlib.sha256(repr(obj).encode()).digest()[:8], "big") >> 1
+
+
+def agree(group: Any, name: str, key: Any, candidates: list, cached_pick: Optional[int]) -> Optional[int]:
+    """Check that all ranks tune the same key over the same candidates; agree on the cache.
+
+    Returns the pick every rank uses from a cache (the lowest rank that hit shares its pick) or
+    None when every rank must tune. Raises ``RankMismatch`` on every rank when they differ.
+    """
+    import torch.distributed as dist
+
+    rows = all_gather_ints([digest(key), digest(candidates), -1 if cached_pick is None else cached_pick], group,
+                           f"agreeing on the tuning of {name}")
+    ranks = dist.get_process_group_ranks(group) if hasattr(dist, "get_process_group_ranks") else list(range(len(rows)))
+    for column, what, mine in ((0, "key", key), (1, "retained candidates", candidates)):
+        if len({row[column] for row in rows}) > 1:
+            groups: dict = {}
+            for rank, row in zip(ranks, rows):
+                groups.setdefault(row[column], []).append(rank)
+            split = "; ".join(f"ranks {r}" for r in groups.values())
+            raise RankMismatch(f"{name}: ranks disagree on the {what} ({split}); this rank has {what} {mine!r}. "
+                               "Every rank must tune with the same key and prune to the same candidates "
+                               "(keep rank-dependent values out of key_fn and prune_fn)")
+    hits = [row[2] for row in rows if row[2] >= 0]
+    return hits[0] if hits else None
 
 
 class MaxReduce:
-    """The built-in ``tdp_reduce_timings``: the slowest rank's time counts for each candidate.
-
-    Every rank times the same candidates in the same order; after the all-reduce every rank
-    holds identical numbers, so every rank picks the same config.
-    """
+    """The built-in ``tdp_reduce_timings``: the slowest rank's time counts for each candidate."""
 
     @hookimpl(trylast=True)
     def tdp_reduce_timings(self, request, timings, group):
         if group is None:
             return timings
-        import torch
-        import torch.distributed as dist
-
-        device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"
-        flat = torch.tensor([v for t in timings.values() for v in t], dtype=torch.float64, device=device)
-        dist.all_reduce(flat, op=dist.ReduceOp.MAX, group=group)
-        values = flat.cpu().tolist()
+        values = all_reduce_max([v for t in timings.values() for v in t], group, f"reducing timings of "
+                                f"{request.kernel_name}")
         return {config: values[3 * i : 3 * i + 3] for i, config in enumerate(timings)}

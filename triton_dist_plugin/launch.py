@@ -16,7 +16,7 @@ import threading
 import weakref
 from typing import Any, Optional
 
-from . import _compat, bus, engine, timing
+from . import _compat, bus, distributed, engine, timing
 from .requests import TuningRequest
 
 _TUNE_LOCK = threading.RLock()
@@ -271,17 +271,23 @@ def _bench_and_record(instance, state, request, key, args, kwargs, nargs, config
     pre, post = _hooks(instance, nargs)
     make_call = _make_call_factory(instance, state, args, kwargs, pre, post)
     outcome = None
+    group = distributed.kernel_group()
+    if group is not None:
+        distributed.agree(group, state.name, key, [str(c) for c in configs], None)
 
     def bench():
         nonlocal outcome
-        outcome = engine.run_candidates(request, configs, make_call, method=method, do_bench=user_do_bench(instance))
+        outcome = engine.run_candidates(request, configs, make_call, method=method, do_bench=user_do_bench(instance),
+                                        group=group)
         instance.bench_time = outcome.bench_time
         instance.configs_timings = outcome.timings
         instance.cache[key] = outcome.best
         pre({**nargs, **kwargs, **state.launch_kwargs(outcome.best)}, reset_only=True)
 
     cache_hit = False
-    if getattr(instance, "cache_results", False) and hasattr(instance, "check_disk_cache"):
+    # Tuning together, a disk-cache hit on one rank and a miss on another would hang the others:
+    # the group always tunes (and the slowest rank decides).
+    if group is None and getattr(instance, "cache_results", False) and hasattr(instance, "check_disk_cache"):
         cache_hit = bool(instance.check_disk_cache(key, configs, bench))
     else:
         bench()

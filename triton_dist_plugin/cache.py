@@ -1,0 +1,204 @@
+"""The function-level disk cache: one JSON file per (function source, hardware, business key).
+
+Layout: ``<root>/<function name>/<digest>.json`` with a ``.log`` beside it from the tuning that
+wrote it. The root is ``$HOME/.triton_dist/autotune`` unless ``TRITON_DIST_AUTOTUNE_DIR`` moves it.
+Writes take a file lock (``filelock``) and go through a temporary file and ``os.replace``, so
+readers never see half a file and concurrent writers never interleave; a file that cannot be
+read is reported, ignored, and replaced by the next write. Data is JSON, never pickle.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import inspect
+import json
+import os
+import platform
+import re
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from filelock import FileLock
+
+ROOT_ENV = "TRITON_DIST_AUTOTUNE_DIR"
+ALWAYS_TUNE_ENV = "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE"
+VERSION_CHECK_ENV = "TRITON_DIST_AUTOTUNE_VERSION_CHECK"
+FORMAT = 1
+
+
+def cache_root() -> Path:
+    if os.environ.get(ROOT_ENV):
+        return Path(os.environ[ROOT_ENV])
+    return Path(os.environ.get("HOME") or os.path.expanduser("~")) / ".triton_dist" / "autotune"
+
+
+def safe_name(name: str) -> str:
+    """A directory name for ``name``: unsafe characters replaced, a digest added if anything changed."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip(".") or "function"
+    if safe != name or len(safe) > 100:
+        safe = f"{safe[:100]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+    return safe
+
+
+def describe(value: Any) -> str:
+    """A stable text for a config-space value (``repr`` of a ``triton.Config`` holds an address)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {describe(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(describe(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner})"
+    if hasattr(value, "all_kwargs"):
+        hook = getattr(value, "pre_hook", None)
+        extra = f", pre_hook={getattr(hook, '__qualname__', hook)}" if hook is not None else ""
+        return f"Config({', '.join(f'{k}={v!r}' for k, v in value.all_kwargs().items())}{extra})"
+    return repr(value)
+
+
+def _source_of(obj: Any) -> str:
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        code = getattr(obj, "__code__", None)
+        return repr(code.co_code) if code is not None else repr(obj)
+
+
+def _kernels_used(fn: Callable) -> list[Any]:
+    """Triton kernels (jit, autotuned, heuristics) the function names as globals, in name order."""
+    names: set = set()
+    stack = [fn.__code__]
+    while stack:
+        code = stack.pop()
+        names.update(code.co_names)
+        stack.extend(c for c in code.co_consts if inspect.iscode(c))
+    found = []
+    for name in sorted(names):
+        obj = fn.__globals__.get(name)
+        if obj is not None and hasattr(obj, "run") and hasattr(obj, "fn") and hasattr(obj, "arg_names"):
+            found.append(obj)
+    return found
+
+
+def source_digest(fn: Callable) -> str:
+    """Changes when the function's source, or the source of a Triton kernel it launches, changes."""
+    from . import _compat
+
+    h = hashlib.sha256(_source_of(fn).encode())
+    for kernel in _kernels_used(fn):
+        h.update(_source_of(_compat.base_function(kernel)).encode())
+    return h.hexdigest()
+
+
+def versions() -> dict:
+    """Software the timings depend on (checked with ``TRITON_DIST_AUTOTUNE_VERSION_CHECK=1``)."""
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for dist in ("torch", "triton", "triton-ascend", "torch-npu", "triton-dist-plugin"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out["cuda"] = getattr(torch.version, "cuda", None)
+    return out
+
+
+def hardware(device: str, world_size: int) -> dict:
+    """What the timings were measured on: device kind, name and count, toolkit, world size."""
+    info: dict = {"device": device, "world_size": world_size, "machine": platform.machine()}
+    if device in ("cuda", "npu"):
+        import torch
+
+        mod = getattr(torch, device)
+        info["name"] = mod.get_device_name(mod.current_device())
+        info["count"] = mod.device_count()
+        info["toolkit"] = getattr(torch.version, "cuda" if device == "cuda" else "cann", None)
+    else:
+        info["name"] = platform.processor() or platform.machine()
+        info["interpreter"] = os.environ.get("TRITON_INTERPRET") == "1"
+    return info
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` under a lock, through a temporary file and ``os.replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f, indent=2, default=str)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with_suppress(os.unlink, tmp)
+            raise
+
+
+def with_suppress(fn: Callable, *args: Any) -> None:
+    try:
+        fn(*args)
+    except OSError:
+        pass
+
+
+def read_json(path: Path) -> Optional[dict]:
+    """The JSON object at ``path``; None if absent; None with a warning if unreadable or corrupt."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        warnings.warn(f"cannot read autotune cache {path}: {exc}; it will be re-tuned", RuntimeWarning, stacklevel=2)
+        return None
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        return data
+    except ValueError as exc:
+        warnings.warn(f"corrupt autotune cache {path} ({exc}); ignoring it, it will be re-tuned and replaced",
+                      RuntimeWarning, stacklevel=2)
+        return None
+
+
+class FunctionCache:
+    """The cache directory of one tuned function."""
+
+    def __init__(self, name: str, source: str, hw: dict):
+        self.name, self.source, self.hw = name, source, hw
+        self.dir = cache_root() / safe_name(name)
+
+    def path(self, key: Any) -> Path:
+        digest = hashlib.sha256(json.dumps([self.source, self.hw, repr(key)], sort_keys=True, default=str).encode())
+        return self.dir / f"{digest.hexdigest()[:32]}.json"
+
+    def load(self, key: Any, space_reprs: list[str]) -> Optional[dict]:
+        """The record for ``key`` if it is valid for this source, hardware and config space."""
+        if os.environ.get(ALWAYS_TUNE_ENV) == "1":
+            return None
+        path = self.path(key)
+        record = read_json(path)
+        if record is None:
+            return None
+        pick = record.get("pick")
+        if (record.get("format") != FORMAT or record.get("key") != repr(key) or not isinstance(pick, int)
+                or not 0 <= pick < len(space_reprs) or record.get("pick_config") != space_reprs[pick]):
+            warnings.warn(f"autotune cache {path} does not match {self.name}'s key or config space; re-tuning",
+                          RuntimeWarning, stacklevel=2)
+            return None
+        if os.environ.get(VERSION_CHECK_ENV) == "1" and record.get("versions") != versions():
+            return None
+        return record
+
+    def store(self, key: Any, record: dict) -> Path:
+        path = self.path(key)
+        write_json_atomic(path, {"format": FORMAT, "function": self.name, "key": repr(key), "source": self.source,
+                                 "hardware": self.hw, "versions": versions(),
+                                 "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(), **record})
+        return path

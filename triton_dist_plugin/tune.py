@@ -1,0 +1,227 @@
+"""Function-level autotuning: pick the fastest configuration of a whole host function.
+
+.. code-block:: python
+
+    from triton_dist_plugin.tune import autotune
+
+    @autotune(config_space=[{"cfg": c} for c in configs], key_fn=lambda x, alpha: (tuple(x.shape), str(x.dtype)))
+    def scale(x, alpha, cfg):
+        ...
+
+    y = scale(x, 2.5)                      # tunes once per key, then reuses the pick
+    y = scale(x, 2.5, autotune_pg=group)   # every rank of ``group`` picks the same config
+
+Each retained candidate runs 5 warm-up and 10 timed calls of the whole function (device events,
+the wall clock on the CPU); a candidate that raises is timed as infinity and tuning goes on. The
+pick is kept in ``best_configs[key]`` and in a JSON disk cache (see :mod:`.cache`), and the
+function is called once more with it; that call's result is returned.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import os
+import sys
+from typing import Any, Callable, Optional
+
+from . import _compat, cache, distributed, engine
+from .requests import TuningRequest
+
+log = logging.getLogger("triton_dist_plugin.tune")
+
+N_WARMUP, N_REPEAT = 5, 10
+
+
+def _device() -> str:
+    if _compat.interpret():
+        return "cpu"
+    try:
+        import torch
+    except ImportError:
+        return "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    npu = getattr(torch, "npu", None)
+    return "npu" if npu is not None and npu.is_available() else "cpu"
+
+
+class AutoTuner:
+    """What ``@autotune`` returns: call it like the function; ``best_configs`` holds the picks."""
+
+    def __init__(self, fn: Callable, config_space: list, key_fn: Callable, prune_fn: Optional[Callable] = None):
+        if not callable(fn):
+            raise TypeError(f"@autotune decorates a function, got {fn!r}")
+        if not isinstance(config_space, (list, tuple)) or not config_space:
+            raise ValueError(f"autotune({getattr(fn, '__qualname__', fn)}): config_space must be a non-empty list of "
+                             "dicts of keyword arguments; put a stable configuration first (used when autotune=False)")
+        params = inspect.signature(fn).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        for i, entry in enumerate(config_space):
+            if not isinstance(entry, dict) or not entry:
+                raise ValueError(f"config_space[{i}] of {fn.__qualname__} must be a non-empty dict, got {entry!r}")
+            unknown = [k for k in entry if not takes_any and k not in params]
+            if unknown:
+                raise ValueError(f"config_space[{i}] of {fn.__qualname__} sets {', '.join(unknown)}, which "
+                                 f"{fn.__qualname__}() does not accept; add them as keyword parameters")
+        if not callable(key_fn):
+            raise TypeError(f"autotune({fn.__qualname__}): key_fn must be callable")
+        if prune_fn is not None and not callable(prune_fn):
+            raise TypeError(f"autotune({fn.__qualname__}): prune_fn must be callable or None")
+        self.fn, self.config_space, self.key_fn, self.prune_fn = fn, list(config_space), key_fn, prune_fn
+        self.fields = {k for entry in self.config_space for k in entry}
+        self.best_configs: dict = {}
+        self.name = f"{fn.__module__}.{fn.__qualname__}"
+        self._source: Optional[str] = None
+        functools.update_wrapper(self, fn)
+
+    def _call(self, args: tuple, kwargs: dict, config: dict, allow_overwrite: bool):
+        conflicts = sorted(self.fields & kwargs.keys())
+        if conflicts and not allow_overwrite:
+            raise ValueError(f"{self.fn.__qualname__}: {', '.join(conflicts)} passed by the caller, but they are "
+                             "tuned configuration fields; drop them or pass autotune_allow_arg_overwrite=True")
+        return self.fn(*args, **{**config, **kwargs})
+
+    def __call__(self, *args: Any, autotune: bool = True, autotune_verbose: bool = False,
+                 autotune_allow_arg_overwrite: bool = False, autotune_pg: Any = None, **kwargs: Any):
+        if not autotune:
+            return self._call(args, kwargs, self.config_space[0], autotune_allow_arg_overwrite)
+        key = self.key_fn(*args, **kwargs)
+        best = self.best_configs.get(key)
+        if best is None:
+            if self.fields & kwargs.keys() and not autotune_allow_arg_overwrite:
+                return self._call(args, kwargs, {}, False)  # raises the clear error before any tuning
+            best = self._tune(key, args, kwargs, distributed.function_group(autotune_pg), autotune_verbose,
+                              autotune_allow_arg_overwrite)
+        return self._call(args, kwargs, best, autotune_allow_arg_overwrite)
+
+    # -- tuning -------------------------------------------------------------------------------
+
+    def _tune(self, key: Any, args: tuple, kwargs: dict, group: Any, verbose: bool, overwrite: bool) -> dict:
+        import datetime as dt
+
+        device = _device()
+        world = 1
+        rank = 0
+        if group is not None:
+            import torch.distributed as dist
+
+            world, rank = dist.get_world_size(group), dist.get_rank(group)
+        if self._source is None:
+            self._source = cache.source_digest(self.fn)
+        store = cache.FunctionCache(self.name, self._source, cache.hardware(device, world))
+        reprs = [cache.describe(c) for c in self.config_space]
+        retained = [i for i, c in enumerate(self.config_space) if self.prune_fn is None or
+                    self.prune_fn(c, *args, **kwargs)]
+        if not retained:
+            raise ValueError(f"{self.fn.__qualname__}: prune_fn kept none of the {len(self.config_space)} "
+                             f"candidates for key {key!r}; it must keep at least one")
+        record = store.load(key, reprs)
+        cached = record["pick"] if record is not None and record["pick"] in retained else None
+        if group is not None:
+            cached = distributed.agree(group, self.name, key, retained, cached)
+        logger = _logger(verbose and rank == 0)
+        if cached is not None:
+            logger.info("%s: key %r found in the cache: %s", self.name, key, reprs[cached])
+            self.best_configs[key] = self.config_space[cached]
+            return self.config_space[cached]
+
+        logger.info("%s: tuning key %r over %d of %d candidates on %s%s", self.name, key, len(retained),
+                    len(self.config_space), device, f" with {world} ranks" if world > 1 else "")
+        request = TuningRequest(self.name, key if _hashable(key) else repr(key), device, {}, dict(kwargs))
+        bar = _progress(len(retained), self.fn.__qualname__, rank == 0)
+        lines: list[str] = []
+
+        def make_call(index: int) -> Callable[[], Any]:
+            call_kwargs = {**kwargs, **self.config_space[index]} if not overwrite else {**self.config_space[index],
+                                                                                        **kwargs}
+            return lambda: self.fn(*args, **call_kwargs)
+
+        def on_candidate(index: int, timing: list, reason: Optional[str]) -> None:
+            text = f"candidate {index} {reprs[index]}: " + (f"{timing[0]:.4f} ms" if reason is None else
+                                                             f"failed: {reason}")
+            lines.append(text)
+            logger.info("  %s", text)
+            if bar is not None:
+                bar.update(1)
+
+        try:
+            outcome = engine.run_candidates(request, retained, make_call, method="wall" if device == "cpu" else "event",
+                                            n_warmup=N_WARMUP, n_repeat=N_REPEAT, group=group,
+                                            on_candidate=on_candidate)
+        finally:
+            if bar is not None:
+                bar.close()
+        best = outcome.best
+        method = "wall" if device == "cpu" else "event"
+        engine.record(request, outcome, best, outcome.timings, method=method, cache_hit=False)
+        logger.info("%s: picked candidate %d %s in %.2fs", self.name, best, reprs[best], outcome.bench_time)
+        if _writes_cache(group):
+            path = store.store(key, {
+                "pick": best, "pick_config": reprs[best], "method": "wall" if device == "cpu" else "event",
+                "bench_time_s": outcome.bench_time, "retained": retained,
+                "candidates": [{"index": i, "config": reprs[i], "ms": t if all(map(_finite, t)) else None,
+                                "failure": outcome.failures.get(i)} for i, t in outcome.timings.items()],
+            })
+            stamp = dt.datetime.now(dt.timezone.utc).isoformat()
+            with open(path.with_suffix(".log"), "a") as f:
+                f.write(f"[{stamp}] {self.name} key={key!r} device={device} world={world}\n")
+                f.writelines(f"  {line}\n" for line in lines)
+                f.write(f"  pick: candidate {best} {reprs[best]} ({outcome.bench_time:.2f}s)\n")
+        self.best_configs[key] = self.config_space[best]
+        return self.config_space[best]
+
+
+def _finite(x: float) -> bool:
+    return x == x and x not in (float("inf"), float("-inf"))
+
+
+def _hashable(key: Any) -> bool:
+    try:
+        hash(key)
+        return True
+    except TypeError:
+        return False
+
+
+def _writes_cache(group: Any) -> bool:
+    """One process per node writes: local rank 0 (or every process when tuning alone)."""
+    if group is None:
+        return True
+    local = os.environ.get("LOCAL_RANK")
+    if local is not None:
+        return int(local) == 0
+    import torch.distributed as dist
+
+    return dist.get_rank(group) == 0
+
+
+def _logger(verbose: bool) -> logging.Logger:
+    if verbose and not any(getattr(h, "_tdp", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("[triton-dist-plugin] %(message)s"))
+        handler._tdp = True  # type: ignore[attr-defined]
+        log.addHandler(handler)
+    log.setLevel(logging.INFO if verbose else logging.WARNING)
+    return log
+
+
+def _progress(total: int, name: str, leader: bool):
+    """A progress bar on rank 0, only on a terminal and only when there is something to wait for."""
+    if not leader or total < 2 or not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=f"autotune {name}", leave=False, file=sys.stderr)
+
+
+def autotune(
+    config_space: list, key_fn: Callable, prune_fn: Optional[Callable] = None
+) -> Callable[[Callable], AutoTuner]:
+    """Decorate a host function to pick, per ``key_fn(*args, **kwargs)``, the fastest entry of
+    ``config_space`` (dicts injected as keyword arguments); ``prune_fn(entry, *args, **kwargs)``
+    drops candidates before timing."""
+    return lambda fn: AutoTuner(fn, config_space, key_fn, prune_fn)
