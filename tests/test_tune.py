@@ -1,0 +1,243 @@
+"""Function-level autotune: the seed's behaviour, the disk cache, and bad input."""
+
+import json
+import multiprocessing as mp
+import time
+
+import pytest
+import torch
+import triton
+from helpers import DEVICE, run_python
+
+import triton_dist_plugin as tdp
+from kernels import KERNELS
+from triton_dist_plugin import cache, hookimpl
+from triton_dist_plugin.tune import autotune
+
+SCALE = KERNELS["scale"]
+
+
+def configs():
+    return [{"cfg": triton.Config({"BLOCK": b}, num_warps=w)} for b in (128, 256) for w in (1, 2)]
+
+
+def key_fn(x, alpha, *args, **kwargs):
+    return (tuple(x.shape), str(x.dtype))
+
+
+def prune_fn(entry, x, alpha, *args, **kwargs):
+    return entry["cfg"].kwargs["BLOCK"] <= x.numel()
+
+
+def make_scale():
+    @autotune(config_space=configs(), key_fn=key_fn, prune_fn=prune_fn)
+    def scale(x, alpha, cfg):
+        return SCALE.launch(SCALE.jit, x, alpha, **cfg.all_kwargs())
+
+    return scale
+
+
+class Tunings:
+    def __init__(self):
+        self.records = []
+
+    @hookimpl
+    def tdp_on_tuned(self, record):
+        self.records.append(record)
+
+
+@pytest.fixture
+def tunings(plugins):
+    t = Tunings()
+    plugins(t)
+    return t
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for var in (cache.ROOT_ENV, cache.ALWAYS_TUNE_ENV, cache.VERSION_CHECK_ENV):
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path / ".triton_dist" / "autotune"
+
+
+def entries(root):
+    return sorted(root.glob("*/*.json"))
+
+
+def test_seed_example_tunes_once_returns_the_result_and_caches_on_disk(tunings, cache_dir, capsys):
+    scale = make_scale()
+    x = torch.randn(1000, device=DEVICE)
+    y = scale(x, 2.5, autotune=True, autotune_verbose=True)
+    torch.testing.assert_close(y, 2.5 * x)
+    key = key_fn(x, 2.5)
+    assert scale.best_configs[key]["cfg"].kwargs["BLOCK"] in (128, 256)
+    assert len(tunings.records) == 1 and len(tunings.records[0].timings) == 4
+    out = capsys.readouterr().out
+    assert "tuning key" in out and out.count("candidate ") >= 4 and "picked candidate" in out
+    scale(x, 2.5)
+    assert len(tunings.records) == 1  # in-process hit
+    (path,) = entries(cache_dir)
+    assert path.parent.name.startswith("test_tune.make_scale._locals_.scale-")
+    record = json.loads(path.read_text())
+    assert record["key"] == repr(key) and record["pick"] in range(4)
+    assert {"torch", "triton", "python"} <= record["versions"].keys()
+    assert len(record["candidates"]) == 4 and all(len(c["ms"]) == 3 for c in record["candidates"])
+    assert record["hardware"]["device"] == DEVICE and record["timestamp"]
+    assert "pick: candidate" in path.with_suffix(".log").read_text()
+
+
+def test_a_new_tuner_finds_the_disk_cache_and_always_tune_retunes(tunings, monkeypatch):
+    x = torch.randn(1000, device=DEVICE)
+    make_scale()(x, 2.0)
+    second = make_scale()
+    second(x, 2.0)
+    assert len(tunings.records) == 1 and second.best_configs
+    monkeypatch.setenv(cache.ALWAYS_TUNE_ENV, "1")
+    make_scale()(x, 2.0)
+    assert len(tunings.records) == 2
+
+
+def test_version_check_refuses_a_cache_from_other_versions(tunings, cache_dir, monkeypatch):
+    x = torch.randn(1000, device=DEVICE)
+    make_scale()(x, 2.0)
+    (path,) = entries(cache_dir)
+    record = json.loads(path.read_text())
+    record["versions"]["triton"] = "0.0.1"
+    path.write_text(json.dumps(record))
+    make_scale()(x, 2.0)
+    assert len(tunings.records) == 1  # versions are recorded, not enforced by default
+    monkeypatch.setenv(cache.VERSION_CHECK_ENV, "1")
+    make_scale()(x, 2.0)
+    assert len(tunings.records) == 2
+
+
+@pytest.mark.parametrize("damage", ["{not json", "", '["a list"]', '{"format": 1, "pick": 99}'])
+def test_corrupt_or_truncated_cache_is_reported_ignored_and_replaced(tunings, cache_dir, damage):
+    x = torch.randn(1000, device=DEVICE)
+    make_scale()(x, 2.0)
+    (path,) = entries(cache_dir)
+    path.write_text(damage)
+    with pytest.warns(RuntimeWarning, match="autotune cache"):
+        y = make_scale()(x, 2.0)
+    torch.testing.assert_close(y, 2.0 * x)
+    assert len(tunings.records) == 2
+    assert json.loads(path.read_text())["pick"] in range(4)
+
+
+def test_autotune_false_uses_the_first_config_without_key_or_prune():
+    def boom(*args, **kwargs):
+        raise AssertionError("must not be called")
+
+    seen = []
+
+    @autotune(config_space=[{"block": 1}, {"block": 2}], key_fn=boom, prune_fn=boom)
+    def f(x, block):
+        seen.append(block)
+        return x * block
+
+    assert f(3, autotune=False) == 3 and seen == [1] and not f.best_configs
+
+
+def test_business_kwarg_named_like_a_field_is_an_error_unless_allowed():
+    @autotune(config_space=[{"block": 1}, {"block": 2}], key_fn=lambda x, **kw: x)
+    def f(x, block):
+        return block
+
+    with pytest.raises(ValueError, match="block passed by the caller.*autotune_allow_arg_overwrite=True"):
+        f(1, block=7)
+    assert f(1, block=7, autotune_allow_arg_overwrite=True) == 7
+
+
+def test_failing_candidate_is_infinite_and_all_failing_is_an_error(tunings):
+    @autotune(config_space=[{"mode": "boom"}, {"mode": "ok"}, {"mode": "slow"}], key_fn=lambda x: x)
+    def f(x, mode):
+        if mode == "boom":
+            raise MemoryError("out of workspace")
+        if mode == "slow":
+            time.sleep(0.002)
+        return x
+
+    assert f(5) == 5 and f.best_configs[5] == {"mode": "ok"}
+    record = tunings.records[0]
+    assert record.timings[0][0] == float("inf") and "MemoryError: out of workspace" in record.failures[0]
+
+    @autotune(config_space=[{"mode": 1}, {"mode": 2}], key_fn=lambda x: x)
+    def g(x, mode):
+        raise RuntimeError(f"broken {mode}")
+
+    with pytest.raises(tdp.NoValidConfig, match="(?s)broken 1.*broken 2"):
+        g(1)
+
+
+def test_bad_inputs_are_clear_errors():
+    with pytest.raises(ValueError, match="non-empty list"):
+        autotune(config_space=[], key_fn=lambda: 0)(lambda: 0)
+    with pytest.raises(ValueError, match="does not accept"):
+        autotune(config_space=[{"nope": 1}], key_fn=lambda: 0)(lambda x: x)
+    with pytest.raises(TypeError, match="key_fn must be callable"):
+        autotune(config_space=[{"a": 1}], key_fn=None)(lambda a: a)
+
+    @autotune(config_space=[{"a": 1}, {"a": 2}], key_fn=lambda x: x, prune_fn=lambda e, x: False)
+    def f(x, a):
+        return a
+
+    with pytest.raises(ValueError, match="prune_fn kept none of the 2 candidates"):
+        f(1)
+
+    def bad_key(x):
+        raise KeyError("shape not supported: 17")
+
+    with pytest.raises(KeyError, match="shape not supported"):
+        autotune(config_space=[{"a": 1}], key_fn=bad_key)(lambda x, a: a)(17)
+
+
+def test_function_names_are_made_safe_as_directories():
+    assert cache.safe_name("mod.fn") == "mod.fn"
+    odd = cache.safe_name("a/b:<locals>..")
+    assert "/" not in odd and ":" not in odd and "<" not in odd and odd != cache.safe_name("a/b:<locals>.,")
+
+
+def test_source_digest_follows_the_launched_kernel(tmp_path):
+    code = (
+        "import triton, triton.language as tl\n"
+        "from triton_dist_plugin import cache\n"
+        "@triton.jit\n"
+        "def k(x, BLOCK: tl.constexpr):\n"
+        "    tl.store(x + tl.arange(0, BLOCK), {value})\n"
+        "def host(x):\n"
+        "    k[(1,)](x, BLOCK=16)\n"
+        "print(cache.source_digest(host))\n"
+    )
+    digests = []
+    for value in ("1.0", "2.0"):
+        src = tmp_path / f"mod_{value[0]}.py"
+        src.write_text(code.format(value=value))
+        result = run_python(f"import runpy; runpy.run_path({str(src)!r})", env={"TRITON_INTERPRET": "1"})
+        assert result.returncode == 0, result.stderr
+        digests.append(result.stdout.strip())
+    assert digests[0] != digests[1]
+
+
+def _writer(path, n, i):
+    for j in range(n):
+        cache.write_json_atomic(path, {"writer": i, "j": j, "payload": "x" * 20000})
+
+
+def test_concurrent_writers_leave_valid_json(tmp_path):
+    path = tmp_path / "entry.json"
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(path, 30, i)) for i in range(4)]
+    for p in procs:
+        p.start()
+    reads = 0
+    while any(p.is_alive() for p in procs):
+        data = cache.read_json(path)
+        if data is not None:
+            assert data["payload"] == "x" * 20000
+            reads += 1
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert json.loads(path.read_text())["j"] == 29
+    assert not [f for f in tmp_path.iterdir() if f.suffix == ".tmp"]
