@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from . import _compat  # noqa: F401  (raises a clear ImportError when Triton is missing)
 from .bus import PluginError, hookimpl, plugin_manager, register, unregister
+from .distributed import RankMismatch, set_tuning_group, tuning_group
 from .engine import NoValidConfig
 from .patch import activate, deactivate, is_active
 from .requests import CandidateRequest, TuningRecord, TuningRequest
@@ -24,6 +25,7 @@ __all__ = [
     "CandidateRequest",
     "NoValidConfig",
     "PluginError",
+    "RankMismatch",
     "TuningRecord",
     "TuningRequest",
     "activate",
@@ -32,6 +34,8 @@ __all__ = [
     "is_active",
     "plugin_manager",
     "register",
+    "set_tuning_group",
+    "tuning_group",
     "unregister",
 ]
 

@@ -1,0 +1,148 @@
+"""One rank of a multi-process test: ``python tests/dist_worker.py SCENARIO RANK WORLD PORT``.
+
+Runs a real gloo group on 127.0.0.1 and prints one JSON line with what this rank saw. Every
+scenario's collectives time out (TRITON_DIST_AUTOTUNE_TIMEOUT), so a divergence is an error.
+"""
+
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import triton  # noqa: E402
+
+import triton_dist_plugin as tdp  # noqa: E402
+from triton_dist_plugin.tune import autotune  # noqa: E402
+
+SLEEP_MS = {  # rank -> candidate -> ms; MAX over ranks: a=5, b=3, c=4 -> b
+    0: {"a": 1, "b": 3, "c": 4},
+    1: {"a": 5, "b": 2, "c": 1},
+    2: {"a": 1, "b": 1, "c": 2},
+    3: {"a": 2, "b": 3, "c": 1},
+}
+
+
+def sleepy(rank):
+    @autotune(config_space=[{"mode": m} for m in "abc"], key_fn=lambda x: x)
+    def op(x, mode):
+        time.sleep(SLEEP_MS[rank][mode] / 1e3)
+        return mode
+
+    return op
+
+
+def scenario_max(rank, world, group):
+    op = sleepy(rank)
+    return {"result": op(1, autotune_pg=group), "best": op.best_configs[1]}
+
+
+def scenario_world_default(rank, world, group):
+    return {"result": sleepy(rank)(1)}  # no group given: WORLD, since it is initialised
+
+
+def scenario_divergent_prune(rank, world, group):
+    @autotune(config_space=[{"mode": m} for m in "abc"], key_fn=lambda x: x,
+              prune_fn=lambda e, x: not (rank == 1 and e["mode"] == "a"))
+    def op(x, mode):
+        return mode
+
+    try:
+        op(1, autotune_pg=group)
+        return {"error": None}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def scenario_divergent_key(rank, world, group):
+    op = sleepy(rank)
+    try:
+        op(rank, autotune_pg=group)
+        return {"error": None}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def scenario_one_rank_hit(rank, world, group):
+    # Each rank has its own HOME and one process per node writes the cache (rank 0 here), so
+    # after a first tuning only rank 0 has the entry on disk.
+    first = sleepy(rank)(1, autotune_pg=group)
+    for costs in SLEEP_MS.values():
+        costs["a"] = 0  # a re-tune would now pick "a"
+    tuned = []
+
+    class Count:
+        @tdp.hookimpl
+        def tdp_on_tuned(self, record):
+            tuned.append(record.key)
+
+    tdp.register(Count())
+    home = os.environ["HOME"]
+    on_disk = len([f for _, _, fs in os.walk(home) for f in fs if f.endswith(".json")])
+    second = sleepy(rank)(1, autotune_pg=group)  # a fresh tuner: rank 0 hits its disk cache, rank 1 misses
+    return {"first": first, "result": second, "tuned_here": len(tuned), "entries_on_disk": on_disk}
+
+
+def scenario_silent_rank(rank, world, group):
+    op = sleepy(rank)
+    if rank == 1:
+        time.sleep(6)  # never enters tuning in time
+        return {"error": None}
+    try:
+        op(1, autotune_pg=group)
+        return {"error": None}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def scenario_kernel_group(rank, world, group):
+    """A plain @triton.autotune kernel tuned over the group: ranks see different costs."""
+    from kernels import KERNELS
+
+    spec = KERNELS["add"]
+    costs = {0: {128: 1.0, 256: 9.0, 512: 5.0}, 1: {128: 8.0, 256: 2.0, 512: 6.0}}
+
+    class RankCosts:
+        @tdp.hookimpl(tryfirst=True)
+        def tdp_time_candidate(self, request):
+            request.call()
+            return costs[rank][request.config.kwargs["BLOCK"]]
+
+    tdp.register(RankCosts())
+    picks = {}
+    for label, ctx in (("alone", None), ("together", group)):
+        kernel = triton.autotune(configs=spec.configs("cpu"), key=spec.key)(spec.jit)
+        x, y = spec.make_inputs("tiny", "cpu")
+        if ctx is None:
+            out = spec.launch(kernel, x, y)
+        else:
+            with tdp.tuning_group(ctx):
+                out = spec.launch(kernel, x, y)
+        assert torch.equal(out, x + y)
+        picks[label] = kernel.best_config.kwargs["BLOCK"]
+    return picks
+
+
+def main():
+    scenario, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    if f"prepare_{scenario}" in globals():
+        globals()[f"prepare_{scenario}"](rank)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=60))
+    group = dist.new_group(list(range(world)))
+    t0 = time.perf_counter()
+    out = globals()[f"scenario_{scenario}"](rank, world, group)
+    out["rank"], out["seconds"] = rank, time.perf_counter() - t0
+    print(json.dumps(out, default=str), flush=True)
+    sys.stderr.flush()
+    # Leave without tearing gloo down: after a deliberate divergence a peer may be gone already.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Multi-rank tuning on real gloo groups (one process per rank on 127.0.0.1)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+from helpers import ROOT
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(scenario, world, tmp_path, timeout_s="20", wall=120):
+    """Start ``world`` ranks; every one must finish within ``wall`` seconds (a hang fails)."""
+    port = str(free_port())
+    procs = []
+    for rank in range(world):
+        home = tmp_path / f"home{rank}"
+        home.mkdir(exist_ok=True)
+        env = {**os.environ, "HOME": str(home), "TRITON_INTERPRET": "1", "TRITON_DIST_AUTOTUNE_TIMEOUT": timeout_s}
+        env.pop("TRITON_DIST_AUTOTUNE_DIR", None)
+        procs.append(subprocess.Popen([sys.executable, str(ROOT / "tests" / "dist_worker.py"), scenario, str(rank),
+                                       str(world), port], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    results = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=wall)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail(f"rank hung in scenario {scenario}")
+        assert p.returncode == 0, err[-3000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return sorted(results, key=lambda r: r["rank"])
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_max_over_ranks_picks_the_min_of_the_max(world, tmp_path):
+    results = run_ranks("max", world, tmp_path)
+    expected = min("abc", key=lambda m: max(
+        {0: {"a": 1, "b": 3, "c": 4}, 1: {"a": 5, "b": 2, "c": 1}, 2: {"a": 1, "b": 1, "c": 2},
+         3: {"a": 2, "b": 3, "c": 1}}[r][m] for r in range(world)))
+    assert {r["result"] for r in results} == {expected}
+    assert expected == "b"  # rank 0 alone would pick a, rank 1 alone c
+
+
+def test_world_is_used_when_no_group_is_given(tmp_path):
+    assert {r["result"] for r in run_ranks("world_default", 2, tmp_path)} == {"b"}
+
+
+def test_divergent_pruning_is_a_clear_error_on_every_rank(tmp_path):
+    results = run_ranks("divergent_prune", 2, tmp_path)
+    for r in results:
+        assert "RankMismatch" in r["error"] and "retained candidates" in r["error"]
+
+
+def test_divergent_keys_are_a_clear_error_on_every_rank(tmp_path):
+    for r in run_ranks("divergent_key", 2, tmp_path):
+        assert "RankMismatch" in r["error"] and "disagree on the key" in r["error"]
+
+
+def test_one_rank_cache_hit_is_shared_not_a_hang(tmp_path):
+    results = run_ranks("one_rank_hit", 2, tmp_path)
+    assert [r["entries_on_disk"] for r in results] == [1, 0]
+    assert [r["first"] for r in results] == ["b", "b"]
+    assert [r["result"] for r in results] == ["b", "b"]  # rank 0's cached pick, shared with rank 1
+    assert [r["tuned_here"] for r in results] == [0, 0]  # nobody re-tuned (it would pick "a" now)
+
+
+def test_a_rank_that_never_arrives_times_out_instead_of_hanging(tmp_path):
+    results = run_ranks("silent_rank", 2, tmp_path, timeout_s="3")
+    assert "no agreement across ranks within 3s" in results[0]["error"]
+
+
+def test_plain_kernel_tuned_over_a_group_ends_with_one_config(tmp_path):
+    results = run_ranks("kernel_group", 2, tmp_path)
+    assert [r["alone"] for r in results] == [128, 256]  # alone, each rank picks its own favourite
+    assert [r["together"] for r in results] == [512, 512]  # max: 128->8, 256->9, 512->6
