@@ -1,0 +1,176 @@
+"""``triton-dist-tune``: look at, export and clear what was tuned.
+
+    triton-dist-tune list                       every function-level and kernel-level entry
+    triton-dist-tune show NAME                  every candidate of the entries whose name contains NAME
+    triton-dist-tune export [-o F] [--format json|csv]
+    triton-dist-tune clear [NAME] [--kernels] [--all]
+
+Function-level entries live under ``$HOME/.triton_dist/autotune`` (``TRITON_DIST_AUTOTUNE_DIR``);
+kernel-level ones are Triton's own ``*.autotune.json`` files (``cache_results=True`` or
+``TRITON_CACHE_AUTOTUNING=1``) under ``TRITON_CACHE_DIR`` (default ``$HOME/.triton/cache``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from . import cache
+
+
+@dataclass
+class Entry:
+    kind: str  # "function" or "kernel"
+    name: str
+    key: str
+    pick: str
+    best_ms: Optional[float]
+    when: str
+    path: str
+    candidates: list = field(default_factory=list)
+
+
+def kernel_cache_root() -> Path:
+    if os.environ.get("TRITON_CACHE_DIR"):
+        return Path(os.environ["TRITON_CACHE_DIR"])
+    return Path(os.environ.get("HOME") or os.path.expanduser("~")) / ".triton" / "cache"
+
+
+def _ms(value) -> Optional[float]:
+    if isinstance(value, (list, tuple)) and value:
+        value = value[0]
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def function_entries() -> list[Entry]:
+    out = []
+    for path in sorted(cache.cache_root().glob("*/*.json")):
+        rec = cache.read_json(path)
+        if rec is None or "pick" not in rec:
+            continue
+        cands = [{"config": c.get("config"), "ms": _ms(c.get("ms")), "failure": c.get("failure")}
+                 for c in rec.get("candidates", [])]
+        best = min((c["ms"] for c in cands if c["ms"] is not None), default=None)
+        out.append(Entry("function", rec.get("function", path.parent.name), rec.get("key", "?"),
+                         rec.get("pick_config", "?"), best, rec.get("timestamp", ""), str(path), cands))
+    return out
+
+
+def kernel_entries() -> list[Entry]:
+    out = []
+    for path in sorted(kernel_cache_root().glob("*/*.autotune.json")):
+        rec = cache.read_json(path)
+        if rec is None or "configs_timings" not in rec:
+            continue
+        cands = []
+        for config, timing in rec["configs_timings"]:
+            kwargs = dict(config.get("kwargs", {}))
+            opts = {k: v for k, v in config.items() if k not in ("kwargs", "pre_hook") and v is not None}
+            cands.append({"config": ", ".join(f"{k}={v}" for k, v in {**kwargs, **opts}.items()), "ms": _ms(timing),
+                          "failure": None if _ms(timing) is not None else "inf"})
+        valid = [c for c in cands if c["ms"] is not None]
+        best = min(valid, key=lambda c: c["ms"]) if valid else None
+        when = Path(path).stat().st_mtime
+        import datetime as dt
+
+        out.append(Entry("kernel", path.name[: -len(".autotune.json")], str(rec.get("key")),
+                         best["config"] if best else "-", best["ms"] if best else None,
+                         dt.datetime.fromtimestamp(when, dt.timezone.utc).isoformat(), str(path), cands))
+    return out
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    widths = [min(w, 100) for w in widths]
+    line = lambda r: "  ".join(str(x)[:w].ljust(w) for x, w in zip(r, widths))  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def _fmt(ms: Optional[float]) -> str:
+    return f"{ms:.4f}" if ms is not None else "-"
+
+
+def cmd_list(entries: list[Entry]) -> str:
+    if not entries:
+        return f"nothing tuned yet (looked in {cache.cache_root()} and {kernel_cache_root()})"
+    rows = [[e.kind, e.name, e.key, e.pick, _fmt(e.best_ms), e.when[:19]] for e in entries]
+    return _table(rows, ["kind", "name", "key", "pick", "best ms", "when (UTC)"])
+
+
+def cmd_show(entries: list[Entry]) -> str:
+    parts = []
+    for e in entries:
+        rows = [[c["config"], _fmt(c["ms"]), c["failure"] or "", "*" if c["config"] == e.pick else ""]
+                for c in e.candidates]
+        parts.append(f"{e.kind} {e.name}  key={e.key}\n  file: {e.path}\n"
+                     + _table(rows, ["candidate", "ms", "failure", "pick"]))
+    return "\n\n".join(parts)
+
+
+def cmd_export(entries: list[Entry], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps([asdict(e) for e in entries], indent=2, default=str)
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["kind", "name", "key", "pick", "best_ms", "when", "path"])
+    for e in entries:
+        writer.writerow([e.kind, e.name, e.key, e.pick, "" if e.best_ms is None else e.best_ms, e.when, e.path])
+    return buf.getvalue()
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="triton-dist-tune", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, helptext in (("list", "list every entry"), ("show", "every candidate of matching entries"),
+                           ("export", "write a manifest"), ("clear", "delete entries")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("name", nargs="?" if name != "show" else None, default=None,
+                       help="only entries whose name contains this")
+        group = p.add_mutually_exclusive_group()
+        group.add_argument("--kernels", action="store_true", help="only kernel-level (Triton) entries")
+        group.add_argument("--functions", action="store_true", help="only function-level entries")
+        if name == "export":
+            p.add_argument("--format", choices=("json", "csv"), default="json")
+            p.add_argument("-o", "--output", help="file to write (default: standard output)")
+        if name == "clear":
+            p.add_argument("--all", action="store_true", help="required to clear everything when no NAME is given")
+    args = parser.parse_args(argv)
+
+    entries = ([] if args.kernels else function_entries()) + ([] if args.functions else kernel_entries())
+    if args.name:
+        entries = [e for e in entries if args.name in e.name]
+    if args.command == "list":
+        print(cmd_list(entries))
+    elif args.command == "show":
+        if not entries:
+            print(f"no entry matches {args.name!r}; `triton-dist-tune list` shows what exists", file=sys.stderr)
+            return 1
+        print(cmd_show(entries))
+    elif args.command == "export":
+        text = cmd_export(entries, args.format)
+        if args.output:
+            Path(args.output).write_text(text)
+            print(f"wrote {len(entries)} entries to {args.output}")
+        else:
+            print(text)
+    elif args.command == "clear":
+        if not args.name and not args.all and not args.kernels and not args.functions:
+            print("refusing to clear everything: name a function or kernel, or pass --all", file=sys.stderr)
+            return 2
+        for e in entries:
+            for path in (Path(e.path), Path(e.path).with_suffix(".log"), Path(e.path + ".lock")):
+                cache.with_suppress(os.unlink, path)
+        print(f"cleared {len(entries)} entries")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
