@@ -128,6 +128,14 @@ def scenario_kernel_group(rank, world, group):
     return picks
 
 
+def scenario_all2all(rank, world, group):
+    from kernels import all2all
+
+    manifest = os.path.join(os.environ["HOME"], "..", "manifest.json")
+    results = [all2all.run(rows, 8, group=group, manifest=manifest) for rows in (40, 100)]
+    return {"results": results, "space": len(all2all.CONFIG_SPACE)}
+
+
 def main():
     scenario, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     if f"prepare_{scenario}" in globals():

@@ -83,3 +83,13 @@ def test_plain_kernel_tuned_over_a_group_ends_with_one_config(tmp_path):
     results = run_ranks("kernel_group", 2, tmp_path)
     assert [r["alone"] for r in results] == [128, 256]  # alone, each rank picks its own favourite
     assert [r["together"] for r in results] == [512, 512]  # max: 128->8, 256->9, 512->6
+
+
+def test_all2all_example_tunes_on_gloo_and_writes_a_manifest(tmp_path):
+    results = run_ranks("all2all", 2, tmp_path, wall=300)
+    picks = [[(r["CHUNK"], r["DEPTH"]) for r in res["results"]] for res in results]
+    assert picks[0] == picks[1]  # every rank uses the same config per shape
+    assert all(r["correct"] for res in results for r in res["results"])
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert [(m["rows"], m["CHUNK"], m["DEPTH"]) for m in manifest] == [
+        (r["rows"], r["CHUNK"], r["DEPTH"]) for r in results[0]["results"]]
