@@ -136,6 +136,62 @@ def scenario_all2all(rank, world, group):
     return {"results": results, "space": len(all2all.CONFIG_SPACE)}
 
 
+def _contextual_kernel(rank):
+    import triton.language as tl
+
+    costs = {0: {32: 10, 64: 60, 128: 40}, 1: {32: 70, 64: 20, 128: 30}}  # MAX: 32->70, 64->60, 128->40
+
+    def sleeper(block):
+        return lambda nargs: time.sleep(costs[rank][block] / 1e3)
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=sleeper(b)) for b in (32, 64, 128)], key=["n"])
+    @triton.jit
+    def copy(x, y, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)
+
+    return copy
+
+
+def scenario_contextual(rank, world, group):
+    from triton_dist_plugin.autotuner import contextual_autotune
+
+    copy = _contextual_kernel(rank)
+    picks = {}
+    for is_dist in (False, True):
+        copy.cache.clear()
+
+        @contextual_autotune(is_dist=is_dist, n_repeat=3, n_warmup=1)
+        def step(x):
+            y = torch.empty_like(x)
+            copy[lambda m: (triton.cdiv(x.numel(), m["BLOCK"]),)](x, y, x.numel())
+            dist.barrier()
+            return y
+
+        x = torch.randn(256)
+        assert torch.equal(step(x), x)
+        picks["dist" if is_dist else "alone"] = copy.best_config.kwargs["BLOCK"]
+    return picks
+
+
+def scenario_contextual_diverge(rank, world, group):
+    from triton_dist_plugin.autotuner import contextual_autotune
+
+    copy = _contextual_kernel(rank)
+
+    @contextual_autotune(is_dist=True, n_repeat=1, n_warmup=0)
+    def step(x):
+        y = torch.empty_like(x)
+        copy[lambda m: (triton.cdiv(x.numel(), m["BLOCK"]),)](x, y, x.numel())
+        return y
+
+    try:
+        step(torch.randn(100 + rank))  # a different key on each rank
+        return {"error": None}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def main():
     scenario, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     if f"prepare_{scenario}" in globals():

@@ -93,3 +93,14 @@ def test_all2all_example_tunes_on_gloo_and_writes_a_manifest(tmp_path):
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert [(m["rows"], m["CHUNK"], m["DEPTH"]) for m in manifest] == [
         (r["rows"], r["CHUNK"], r["DEPTH"]) for r in results[0]["results"]]
+
+
+def test_contextual_is_dist_takes_the_max_across_ranks(tmp_path):
+    results = run_ranks("contextual", 2, tmp_path)
+    assert [r["alone"] for r in results] == [32, 64]  # each rank's own favourite
+    assert [r["dist"] for r in results] == [128, 128]  # min over candidates of the max over ranks
+
+
+def test_contextual_divergence_is_a_clear_error_on_every_rank(tmp_path):
+    for r in run_ranks("contextual_diverge", 2, tmp_path):
+        assert "RankMismatch" in r["error"] and "key" in r["error"]

@@ -20,6 +20,8 @@ from . import _compat, bus, distributed, engine, timing
 from .requests import TuningRequest
 
 _TUNE_LOCK = threading.RLock()
+#: The contextual tuning session in progress (see ``autotuner.py``); it owns misses on its thread.
+session: Any = None
 _current = threading.local()  # the TuningRequest of the tuning in progress on this thread
 _DTYPE_STR: dict = {}
 #: Autotuners that carry a per-instance fast ``run`` (removed again by ``deactivate``).
@@ -126,6 +128,9 @@ def run_wrapper(wrapped, instance, args, kwargs):
         key = state.key(args, kwargs)
         config = instance.cache.get(key)
         if config is None:
+            active = session
+            if active is not None and active.thread == threading.get_ident():
+                return active.launch(instance, state, key, args, kwargs)
             config = tune(instance, state, key, args, kwargs)
         cache = instance.cache
         if len(cache) != state.cache_len:
