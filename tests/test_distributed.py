@@ -26,7 +26,7 @@ def run_ranks(scenario, world, tmp_path, timeout_s="20", wall=120):
         env = {**os.environ, "HOME": str(home), "TRITON_INTERPRET": "1", "TRITON_DIST_AUTOTUNE_TIMEOUT": timeout_s}
         env.pop("TRITON_DIST_AUTOTUNE_DIR", None)
         procs.append(subprocess.Popen([sys.executable, str(ROOT / "tests" / "dist_worker.py"), scenario, str(rank),
-                                       str(world), port], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                       str(world), port], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     results = []
     for p in procs:
