@@ -31,9 +31,9 @@ def fresh():
             triton.autotune(configs=LN.configs("cuda"), key=LN.key)(LN.jit))
 
 
-def step(mm, ln, a, b, w, bias, **meta):
-    c = MM.launch(mm, a, b, **meta.get("mm", {}))
-    return LN.launch(ln, c, w, bias, **meta.get("ln", {}))
+def step(mm, ln, a, b, w, bias, mm_meta=None, ln_meta=None):
+    c = MM.launch(mm, a, b, **(mm_meta or {}))
+    return LN.launch(ln, c, w, bias, **(ln_meta or {}))
 
 
 def main() -> None:
@@ -67,7 +67,8 @@ def main() -> None:
     assert torch.allclose(out_alone.float(), out_ctx.float(), atol=2e-2, rtol=2e-2)
 
     def run_with(picks):
-        return lambda: step(MM.jit, LN.jit, a, b, w, bias, mm=picks[0].all_kwargs(), ln=picks[1].all_kwargs())
+        return lambda: step(MM.jit, LN.jit, a, b, w, bias, mm_meta=picks[0].all_kwargs(),
+                               ln_meta=picks[1].all_kwargs())
 
     times = {"alone": [], "context": []}
     for _ in range(5):
