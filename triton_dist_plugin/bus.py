@@ -30,12 +30,14 @@ def plugin_manager() -> pluggy.PluginManager:
         with _lock:
             if _pm is None:
                 from . import distributed, report, timing
+                from .tiling.generate import BuiltinGenerator
 
                 pm = pluggy.PluginManager(PROJECT)
                 pm.add_hookspecs(hookspecs)
                 pm.register(timing.BuiltinTiming(), name="tdp.timing")
                 pm.register(distributed.MaxReduce(), name="tdp.reduce")
                 pm.register(report.Reporter(), name="tdp.report")
+                pm.register(BuiltinGenerator(), name="tdp.generate")
                 _pm = pm
     return _pm
 

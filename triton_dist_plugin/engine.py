@@ -67,6 +67,42 @@ def _same_keys(timings: dict) -> Callable[[Any], dict]:
     return check
 
 
+@dataclass
+class Screen:
+    """A cheap first round for every candidate; only those near the best are measured fully."""
+
+    n_warmup: int = 1
+    n_repeat: int = 5
+    margin: float = 0.15  # keep candidates within 15% of the best first-round time...
+    keep_at_least: int = 3  # ...but never fewer than this many
+    fraction: float = 0.25  # ...nor more than this share of them (or keep_at_least)
+
+    def survivors(self, timings: dict) -> list:
+        valid = sorted((t[0], i, c) for i, (c, t) in enumerate(timings.items()) if math.isfinite(t[0]))
+        if not valid:
+            return []
+        cap = max(self.keep_at_least, math.ceil(len(timings) * self.fraction))
+        best = valid[0][0]
+        near = [c for t, _, c in valid if t <= best * (1 + self.margin)]
+        return near[:cap] if len(near) >= self.keep_at_least else [c for _, _, c in valid[: self.keep_at_least]]
+
+
+def _round(request, configs, calls, method, do_bench, n_warmup, n_repeat, group, on_candidate) -> tuple[dict, dict]:
+    timings, failures = {}, {}
+    for config in configs:
+        cand = CandidateRequest(
+            call=calls[config], config=config, kernel_name=request.kernel_name, key=request.key, device=request.device,
+            method=method, n_warmup=n_warmup, n_repeat=n_repeat, tuning=request,
+        )
+        timings[config], reason = time_one(cand, do_bench)
+        if reason is not None:
+            failures[config] = reason
+        if on_candidate is not None:
+            on_candidate(config, timings[config], reason)
+    reduced = bus.first_result("tdp_reduce_timings", _same_keys(timings), request=request, timings=timings, group=group)
+    return (reduced if reduced is not None else timings), failures
+
+
 def run_candidates(
     request: TuningRequest,
     configs: Iterable[Any],
@@ -78,34 +114,44 @@ def run_candidates(
     n_repeat: Optional[int] = None,
     group: Any = None,
     on_candidate: Optional[Callable[[Any, list, Optional[str]], None]] = None,
+    screen: Optional[Screen] = None,
+    known_failures: Optional[dict] = None,
 ) -> Outcome:
-    """Time every candidate, reduce over ``group``, pick the fastest; raise if none is valid."""
+    """Time the candidates, reduce over ``group``, pick the fastest; raise if none is valid.
+
+    With ``screen``, every candidate first gets a short round and only the survivors the full
+    measurement (the pick is always among those measured fully). ``known_failures`` are
+    candidates already known not to work (a failed compile, a wrong result): never timed.
+    """
     start = time.perf_counter()
-    timings: dict = {}
-    failures: dict = {}
+    configs = list(configs)
+    failures: dict = dict(known_failures or {})
+    timings: dict = {c: list(INF3) for c in configs if c in failures}
+    calls: dict = {}
     for config in configs:
+        if config in failures:
+            continue
         try:
-            call = make_call(config)
+            calls[config] = make_call(config)
         except bus.PluginError:
             raise
         except Exception as exc:  # a candidate that cannot even be set up is a failed candidate
             timings[config], failures[config] = list(INF3), describe(exc)
-            continue
-        cand = CandidateRequest(
-            call=call, config=config, kernel_name=request.kernel_name, key=request.key, device=request.device,
-            method=method, n_warmup=n_warmup, n_repeat=n_repeat, tuning=request,
-        )
-        timings[config], reason = time_one(cand, do_bench)
-        if reason is not None:
-            failures[config] = reason
-        if on_candidate is not None:
-            on_candidate(config, timings[config], reason)
-    reduced = bus.first_result("tdp_reduce_timings", _same_keys(timings), request=request, timings=timings, group=group)
-    if reduced is not None:
-        timings = reduced
-    valid = {config: t for config, t in timings.items() if math.isfinite(t[0])}
+    runnable = [c for c in configs if c in calls]
+    finalists = runnable
+    if screen is not None and do_bench is None and len(runnable) > screen.keep_at_least:
+        first, failed = _round(request, runnable, calls, method, None, screen.n_warmup, screen.n_repeat, group,
+                               on_candidate)
+        timings.update(first)
+        failures.update(failed)
+        finalists = screen.survivors(first)
+    final, failed = _round(request, finalists, calls, method, do_bench, n_warmup, n_repeat, group, on_candidate)
+    timings.update(final)
+    failures.update(failed)
+    timings = {c: timings[c] for c in configs}
+    valid = {config: final[config] for config in finalists if math.isfinite(final[config][0])}
     if not valid:
-        failures = {c: failures.get(c, "timed as infinity on another rank") for c in timings}
+        failures = {c: failures.get(c, "timed as infinity on another rank") for c in configs}
         raise NoValidConfig(request.kernel_name, request.key, failures)
     best = min(valid, key=valid.get)
     return Outcome(best=best, timings=timings, failures=failures, bench_time=time.perf_counter() - start)
@@ -118,6 +164,7 @@ def record(request: TuningRequest, outcome: Optional[Outcome], best: Any, timing
         kernel_name=request.kernel_name, key=request.key, best_config=best, timings=dict(timings or {}),
         failures=dict(outcome.failures) if outcome else {}, bench_time=outcome.bench_time if outcome else None,
         cache_hit=cache_hit, method=method, device=request.device, autotuner=request.autotuner,
+        notes=list(request.notes),
     )
     bus.notify(rec)
     return rec

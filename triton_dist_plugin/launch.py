@@ -12,12 +12,17 @@ threads launching the same kernel with different keys never see each other's arg
 from __future__ import annotations
 
 import operator
+import os
 import threading
 import weakref
 from typing import Any, Optional
 
 from . import _compat, bus, distributed, engine, timing
 from .requests import TuningRequest
+
+PARALLEL_COMPILE_ENV = "TRITON_AUTOTUNE_PARALLEL_COMPILE"
+ACCURACY_ENV = "TRITON_DIST_AUTOTUNE_CHECK_ACCURACY"
+SEARCH_ENV = "TRITON_DIST_AUTOTUNE_SEARCH"  # "halving" (default) or "exhaustive"
 
 _TUNE_LOCK = threading.RLock()
 #: The contextual tuning session in progress (see ``autotuner.py``); it owns misses on its thread.
@@ -52,7 +57,7 @@ class KernelState:
     """
 
     __slots__ = ("arg_names", "arg_set", "keys", "key_pos", "key_get", "min_args", "launch", "name", "fast",
-                 "cache_len", "__weakref__")
+                 "cache_len", "generate", "hints", "crossed", "__weakref__")
 
     def __init__(self, tuner: Any):
         self.arg_names = list(tuner.arg_names)
@@ -67,6 +72,12 @@ class KernelState:
         self.fast: dict = {}
         self.cache_len = -1
         self.name = _compat.base_function(tuner.fn).__name__
+        self.hints = tuner.__dict__.get("tdp_hints") or {}
+        self.crossed = False
+        flag = tuner.__dict__.get("tdp_generate")
+        if flag is None:  # decorated before activation: configs=[] left upstream's single empty Config
+            flag = len(tuner.configs) == 1 and not tuner.configs[0].kwargs and _has_open_tiles(tuner)
+        self.generate = bool(flag)
 
     def key(self, args: tuple, kwargs: dict) -> tuple:
         """Upstream's tuning key: the ``key`` argument values, then every tensor's dtype."""
@@ -99,6 +110,16 @@ class KernelState:
 _NO_DTYPE = object()
 
 
+def _has_open_tiles(tuner: Any) -> bool:
+    try:
+        from .tiling.analysis import analyse
+
+        an = analyse(tuner.fn)
+    except Exception:
+        return False
+    return any(not an.constexprs[name] for name in an.tiles)
+
+
 def _key_getter(key_pos: list):
     """A function of the positional arguments giving the raw key: key values, then each argument's
     dtype object (a marker where it has none), one attribute lookup per argument."""
@@ -124,7 +145,7 @@ def state_of(tuner: Any) -> KernelState:
 def run_wrapper(wrapped, instance, args, kwargs):
     """``Autotuner.run``: upstream's behaviour, with the engine on a miss."""
     state = instance.__dict__.get("_tdp_state") or state_of(instance)
-    if len(instance.configs) > 1:
+    if len(instance.configs) > 1 or state.generate or state.hints:
         key = state.key(args, kwargs)
         config = instance.cache.get(key)
         if config is None:
@@ -250,11 +271,12 @@ def tune(instance: Any, state: KernelState, key: tuple, args: tuple, kwargs: dic
             return config
         nargs = dict(zip(state.arg_names, args))
         meta = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
-        request = TuningRequest(state.name, key, _compat.active_device(), nargs, meta, autotuner=instance)
+        request = TuningRequest(state.name, key, _compat.active_device(), nargs, meta, autotuner=instance,
+                                grid=kwargs.get("grid"))
         previous, _current.request = getattr(_current, "request", None), request
         instance.nargs = nargs  # read by prune_configs and perf models, as upstream
         try:
-            configs = instance.prune_configs(kwargs)
+            configs = _candidates(instance, state, request, kwargs)
             for cfg in configs:
                 conflicts = meta.keys() & cfg.kwargs.keys()
                 if conflicts:
@@ -271,6 +293,30 @@ def tune(instance: Any, state: KernelState, key: tuple, args: tuple, kwargs: dic
             instance.nargs = None
 
 
+def _candidates(instance: Any, state: KernelState, request: TuningRequest, kwargs: dict) -> list:
+    """Explicit configs (crossed with hints once) through Triton's pruning, or generated ones."""
+    from .tiling import hints as _hints
+
+    if not state.crossed:
+        state.hints = _hints.validate(state.hints, state.arg_names, state.name)
+        if state.hints and not state.generate:
+            instance.configs = _hints.cross(instance.configs, state.hints)
+        state.crossed = True
+    if not state.generate:
+        return instance.prune_configs(kwargs)
+    configs = bus.first_result("tdp_generate_configs", _config_list, request=request)
+    if not configs:
+        raise ValueError(f"no tdp_generate_configs implementation produced candidates for {state.name}; "
+                         "write triton.Config candidates for this kernel")
+    return bus.prune(request, configs)
+
+
+def _config_list(value: Any) -> list:
+    if not isinstance(value, (list, tuple)) or not all(hasattr(c, "all_kwargs") for c in value):
+        raise TypeError("expected a list of triton.Config")
+    return list(value)
+
+
 def _bench_and_record(instance, state, request, key, args, kwargs, nargs, configs):
     method = timing.resolve_method(request.device)
     pre, post = _hooks(instance, nargs)
@@ -282,8 +328,12 @@ def _bench_and_record(instance, state, request, key, args, kwargs, nargs, config
 
     def bench():
         nonlocal outcome
+        failed = precompile(instance, state, args, kwargs, configs) if request.device != "cpu" else {}
+        if accuracy_check_enabled(instance):
+            failed.update(check_accuracy(configs, make_call, nargs, failed))
+        screen = engine.Screen() if os.environ.get(SEARCH_ENV, "halving") != "exhaustive" else None
         outcome = engine.run_candidates(request, configs, make_call, method=method, do_bench=user_do_bench(instance),
-                                        group=group)
+                                        group=group, screen=screen, known_failures=failed)
         instance.bench_time = outcome.bench_time
         instance.configs_timings = outcome.timings
         instance.cache[key] = outcome.best
@@ -304,6 +354,88 @@ def _bench_and_record(instance, state, request, key, args, kwargs, nargs, config
         listener(fn=_compat.jit_function(instance.fn), key=key, best_config=best, configs_timings=timings,
                  duration=None if cache_hit else outcome.bench_time, cache_hit=cache_hit)
     return best
+
+
+def precompile(instance: Any, state: KernelState, args: tuple, kwargs: dict, configs: list) -> dict:
+    """Compile every candidate before timing, in parallel threads; returns the ones that failed.
+
+    Triton's compiler spends much of its time outside the GIL (MLIR passes, ptxas), so threads
+    overlap well. The first candidate compiles alone so that per-device caches exist before the
+    others race to fill them. ``TRITON_AUTOTUNE_PARALLEL_COMPILE=0`` compiles lazily instead.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    warm = getattr(instance.fn, "warmup", None)
+    if os.environ.get(PARALLEL_COMPILE_ENV, "1") == "0" or warm is None or len(configs) < 2:
+        return {}
+    meta = {k: v for k, v in kwargs.items() if k != "warmup"}
+
+    def compile_one(config):
+        try:
+            warm(*args, **meta, **state.launch_kwargs(config))
+            return None
+        except Exception as exc:
+            return engine.describe(exc)
+
+    failed = {}
+    first = compile_one(configs[0])
+    if first is not None:
+        failed[configs[0]] = first
+    with ThreadPoolExecutor(max_workers=min(len(configs) - 1, os.cpu_count() or 4)) as pool:
+        for config, reason in zip(configs[1:], pool.map(compile_one, configs[1:])):
+            if reason is not None:
+                failed[config] = reason
+    return failed
+
+
+def accuracy_check_enabled(instance: Any) -> bool:
+    flag = instance.__dict__.get("tdp_check_accuracy")
+    return bool(flag) if flag is not None else os.environ.get(ACCURACY_ENV) == "1"
+
+
+def _tolerance(tensor: Any) -> tuple[float, float]:
+    name = str(tensor.dtype)
+    if "float16" in name or "bfloat16" in name or "float8" in name:
+        return 2e-2, 2e-2
+    if "float" in name:
+        return 1e-3, 1e-3
+    return 0.0, 0.0
+
+
+def check_accuracy(configs: list, make_call, nargs: dict, failed: dict) -> dict:
+    """Run every candidate once on the same inputs and compare every tensor argument (outputs and
+    anything mutated) with the first working candidate's; returns the ones that disagree."""
+    import torch
+
+    tensors = {n: v for n, v in nargs.items() if isinstance(v, torch.Tensor)}
+    original = {n: v.clone() for n, v in tensors.items()}
+    reference, ref_config, wrong = None, None, {}
+    try:
+        for config in configs:
+            if config in failed:
+                continue
+            for n, v in tensors.items():
+                v.copy_(original[n])
+            try:
+                make_call(config)()
+            except Exception as exc:
+                wrong[config] = engine.describe(exc)
+                continue
+            result = {n: v.clone() for n, v in tensors.items()}
+            if reference is None:
+                reference, ref_config = result, config
+                continue
+            for n, value in result.items():
+                rtol, atol = _tolerance(value)
+                if not torch.allclose(value.float(), reference[n].float(), rtol=rtol, atol=atol, equal_nan=True):
+                    diff = (value.float() - reference[n].float()).abs().max().item()
+                    wrong[config] = (f"wrong result: argument {n!r} differs from {ref_config}'s "
+                                     f"(max abs diff {diff:.3g})")
+                    break
+    finally:
+        for n, v in tensors.items():
+            v.copy_(original[n])
+    return wrong
 
 
 # -------------------------------------------------------------------------------------------
@@ -407,3 +539,30 @@ def init_wrapper(wrapped, instance, args, kwargs):
     wrapped(*bound.args, **bound.kwargs)
     if instance.__dict__.get("do_bench") is _eager_marker:
         instance.do_bench = HookBench(instance)
+
+
+# -------------------------------------------------------------------------------------------
+# triton.autotune: accepts hints= (and check_accuracy=) once the plugin is active
+# -------------------------------------------------------------------------------------------
+
+
+def autotune_wrapper(wrapped, instance, args, kwargs):
+    """``triton.autotune(configs, key, ..., hints=None, check_accuracy=None)``.
+
+    ``configs=[]`` asks for generated candidates; ``hints`` adds search dimensions (kernel
+    parameters or compile options); ``check_accuracy=True`` compares every candidate's outputs
+    with a reference candidate's before timing.
+    """
+    hints = kwargs.pop("hints", None)
+    check = kwargs.pop("check_accuracy", None)
+    configs = kwargs["configs"] if "configs" in kwargs else (args[0] if args else None)
+    decorator = wrapped(*args, **kwargs)
+
+    def decorate(fn):
+        tuner = decorator(fn)
+        tuner.tdp_hints = hints
+        tuner.tdp_generate = not configs
+        tuner.tdp_check_accuracy = check
+        return tuner
+
+    return decorate

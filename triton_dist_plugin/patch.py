@@ -34,6 +34,15 @@ def _wrap(owner: type, name: str, wrapper) -> None:
     _installed.append((owner, name, original, owner.__dict__[name]))
 
 
+_ORIGINAL_AUTOTUNE = _compat.autotuner_module.autotune
+
+
+def _wrap_module(module, name: str, wrapper) -> None:
+    original = module.__dict__[name]
+    wrapt.wrap_function_wrapper(module, name, wrapper)
+    _installed.append((module, name, original, module.__dict__[name]))
+
+
 def activate() -> None:
     """Patch ``triton.runtime.autotuner.Autotuner`` in place and load entry-point plugins.
 
@@ -48,6 +57,12 @@ def activate() -> None:
             _wrap(cls, "run", launch.run_wrapper)
             _wrap(cls, "_bench", launch.bench_wrapper)
             _wrap(cls, "prune_configs", launch.prune_wrapper)
+            import triton
+            import triton.runtime
+
+            for module in (triton, triton.runtime, _compat.autotuner_module):
+                if module.__dict__.get("autotune") is _ORIGINAL_AUTOTUNE:
+                    _wrap_module(module, "autotune", launch.autotune_wrapper)
             if _compat.LAZY_BENCH:
                 original = cls.__dict__["do_bench"]
                 ours = property(launch.do_bench_property, doc=original.__doc__)
@@ -67,7 +82,8 @@ def _restore() -> None:
         if owner.__dict__.get(name) is ours:
             setattr(owner, name, original)
         else:
-            warnings.warn(f"{owner.__name__}.{name} was re-patched by someone else; leaving it in place", stacklevel=3)
+            where = getattr(owner, "__name__", owner)
+            warnings.warn(f"{where}.{name} was re-patched by someone else; leaving it in place", stacklevel=3)
 
 
 def deactivate() -> None:

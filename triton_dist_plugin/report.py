@@ -17,6 +17,7 @@ def format_record(record) -> str:
         + (", from the disk cache" if record.cache_hit else "")
         + "),",
     ]
+    lines += [f"   {note}" for note in getattr(record, "notes", [])]
     for config, timing in record.timings.items():
         mark = "*" if config is record.best_config else " "
         shown = f"{timing[0]:.4f} ms" if math.isfinite(timing[0]) else f"failed: {record.failures.get(config, 'inf')}"

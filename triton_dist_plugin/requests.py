@@ -21,6 +21,10 @@ class TuningRequest:
     kwargs: dict = field(default_factory=dict)
     #: the ``Autotuner`` being tuned, when the job is a ``@triton.autotune`` kernel
     autotuner: Any = None
+    #: the launch grid (a tuple or a function of the meta-parameters), for kernels
+    grid: Any = None
+    #: why candidates were generated, kept or dropped (filled by ``tdp_generate_configs``)
+    notes: list = field(default_factory=list)
 
 
 @dataclass
@@ -55,3 +59,4 @@ class TuningRecord:
     method: str
     device: str
     autotuner: Any = None
+    notes: list = field(default_factory=list)
