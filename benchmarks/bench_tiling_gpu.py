@@ -1,0 +1,206 @@
+"""Tuning speed and configs=[] quality on one GPU, upstream and the plugin side by side.
+
+    python benchmarks/bench_tiling_gpu.py
+
+1. First call of the 48-config fp16 matmul at 4096^3 (compile + time every config), upstream in
+   one process and the plugin in another, each with an empty Triton cache of its own. Then every
+   config is measured carefully (do_bench median, 3 rounds) to place both picks.
+2. configs=[] (the plugin's generated candidates) against an expert hand-written space for add,
+   softmax, layernorm and matmul at a few fp16 shapes: the pick of each, measured carefully, and
+   how many candidates each side timed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def careful(f) -> float:
+    import triton
+
+    return statistics.median(triton.testing.do_bench(f, warmup=50, rep=200, return_mode="median") for _ in range(3))
+
+
+def first_call(side: str) -> dict:
+    if side == "plugin":
+        import triton_dist_plugin  # noqa: F401
+    import torch
+    import triton
+
+    from kernels import KERNELS
+
+    mm = KERNELS["matmul"]
+    a, b = mm.make_inputs("gpu", "cuda")
+    tuned = triton.autotune(configs=mm.configs("cuda"), key=mm.key)(mm.jit)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    mm.launch(tuned, a, b)
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    pick = tuned.best_config
+    return {"side": side, "first_call_s": seconds, "pick": {"kwargs": pick.kwargs, "num_warps": pick.num_warps,
+                                                             "num_stages": pick.num_stages}}
+
+
+def expert_space(name: str, shape: tuple) -> list:
+    """Hand-written spaces: what an expert would list for each kernel."""
+    import triton
+
+    if name == "add":
+        return [{"BLOCK": b, "num_warps": w} for b in (1024, 2048, 4096, 8192) for w in (4, 8)]
+    if name == "softmax":
+        return [{"BLOCK_N": triton.next_power_of_2(shape[1]), "num_warps": w} for w in (2, 4, 8, 16)]
+    if name == "layernorm":
+        return [{"BLOCK_N": b, "num_warps": w} for b in (512, 1024, 2048, 4096) for w in (4, 8)]
+    return [{"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": w, "num_stages": st}
+            for bm in (64, 128) for bn in (64, 128, 256) for bk in (32, 64) for w in (4, 8) for st in (3, 4)]
+
+
+SHAPES = {"add": [(1 << 24,), (1 << 20,)], "softmax": [(4096, 4096), (8192, 1000)],
+          "layernorm": [(4096, 4096), (8192, 2048)], "matmul": [(4096, 4096, 4096), (512, 4096, 4096)]}
+KEYS = {"add": ["n"], "softmax": ["n_cols"], "layernorm": ["N"], "matmul": ["M", "N", "K"]}
+
+
+def case(name: str, shape: tuple):
+    """The plain jit kernel and ``run(kernel, **meta)`` launching it (or a tuner of it) on fp16 data."""
+    import torch
+
+    from kernels import add, layernorm, matmul, softmax
+
+    def rand(*s):
+        return torch.randn(*s, device="cuda", dtype=torch.float16)
+
+    if name == "add":
+        x, y = rand(shape[0]), rand(shape[0])
+        return add.add_kernel, lambda k, **m: add.add(k, x, y, **m)
+    if name == "softmax":
+        x = rand(*shape)
+        out = torch.empty_like(x)
+
+        def run(k, **m):  # BLOCK_N is not passed: configs=[] generates it (a whole row)
+            k[(x.shape[0],)](out, x, x.stride(0), out.stride(0), x.shape[1], **m)
+            return out
+
+        return softmax.softmax_kernel, run
+    if name == "layernorm":
+        x, w, b = rand(*shape), rand(shape[1]), rand(shape[1])
+        return layernorm.layernorm_kernel, lambda k, **m: layernorm.layernorm(k, x, w, b, **m)
+    M, N, K = shape
+    a, b = rand(M, K), rand(K, N)
+    return matmul.matmul_kernel, lambda k, **m: matmul.matmul(k, a, b, **m)
+
+
+def quality() -> list:
+    import torch
+    import triton
+
+    import triton_dist_plugin as tdp
+
+    timed = []
+
+    class Count:
+        @tdp.hookimpl(tryfirst=True)
+        def tdp_time_candidate(self, request):
+            timed.append(id(request.config))
+
+    tdp.register(Count())
+    rows = []
+    for name, shapes in SHAPES.items():
+        for shape in shapes:
+            torch.manual_seed(0)
+            jit, run = case(name, shape)
+            hints = {"GROUP_M": [8]} if name == "matmul" else None
+            gen = triton.autotune(configs=[], key=KEYS[name], hints=hints)(jit)
+            timed.clear()
+            t0 = time.perf_counter()
+            run(gen)
+            torch.cuda.synchronize()
+            gen_s = time.perf_counter() - t0
+            pick = gen.best_config
+            pick_ms = careful(lambda run=run, jit=jit, pick=pick: run(jit, **pick.all_kwargs()))
+            space = expert_space(name, shape)
+            expert = [careful(lambda c=c, run=run, jit=jit: run(jit, **c)) for c in space]
+            best_i = min(range(len(expert)), key=expert.__getitem__)
+            rows.append({"kernel": name, "shape": shape, "generated_candidates": len(gen.configs_timings),
+                         "generated_timed": len(set(timed)), "expert_space": len(space), "pick": str(pick),
+                         "pick_ms": pick_ms, "expert_best_ms": expert[best_i], "expert_best": space[best_i],
+                         "gap_pct": (pick_ms / expert[best_i] - 1) * 100, "tuning_s": gen_s})
+            print(json.dumps(rows[-1], default=str), flush=True)
+    return rows
+
+
+def exhaustive_matmul(picks: dict) -> dict:
+    import triton
+
+    from kernels import KERNELS
+
+    mm = KERNELS["matmul"]
+    a, b = mm.make_inputs("gpu", "cuda")
+    configs = mm.configs("cuda")
+    times = {i: careful(lambda c=c: mm.launch(mm.jit, a, b, **c.all_kwargs())) for i, c in enumerate(configs)}
+    best = min(times.values())
+    out = {"exhaustive_best_ms": best}
+    for side, p in picks.items():
+        ms = careful(lambda p=p: mm.launch(mm.jit, a, b, **p["kwargs"], num_warps=p["num_warps"],
+                                           num_stages=p["num_stages"]))
+        out[f"{side}_pick_ms"], out[f"{side}_gap_pct"] = ms, (ms / best - 1) * 100
+    del triton
+    return out
+
+
+def child(what: str) -> None:
+    if what in ("upstream", "plugin"):
+        print(json.dumps(first_call(what)))
+    elif what == "quality":
+        print(json.dumps(quality(), default=str))
+    elif what == "exhaustive":
+        print(json.dumps(exhaustive_matmul(json.loads(os.environ["TDP_PICKS"]))))
+
+
+def run_child(what: str, env: dict) -> dict:
+    proc = subprocess.run([sys.executable, __file__, what], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-4000:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    if len(sys.argv) > 1:
+        return child(sys.argv[1])
+    results: dict = {}
+    for side in ("upstream", "plugin"):
+        with tempfile.TemporaryDirectory() as cache:
+            results[side] = run_child(side, {"TRITON_CACHE_DIR": cache})
+            print(side, results[side], flush=True)
+    picks = {s: results[s]["pick"] for s in ("upstream", "plugin") if "pick" in results[s]}
+    results["exhaustive"] = run_child("exhaustive", {"TDP_PICKS": json.dumps(picks)})
+    results["quality"] = run_child("quality", {})
+    text = json.dumps(results, indent=2, default=str)
+    out = ROOT / "benchmarks" / "results" / "tiling_h200.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], out.name).write_text(text)
+    up, pl = results["upstream"], results["plugin"]
+    if "first_call_s" in up and "first_call_s" in pl:
+        print(f"\nfirst call, 48-config matmul 4096^3: upstream {up['first_call_s']:.2f}s, plugin "
+              f"{pl['first_call_s']:.2f}s ({up['first_call_s'] / pl['first_call_s']:.1f}x)")
+    print("exhaustive:", results["exhaustive"])
+    for r in results["quality"] if isinstance(results["quality"], list) else [results["quality"]]:
+        print(r if "error" in r else f"{r['kernel']:<9} {str(r['shape']):<20} generated {r['generated_candidates']:>2} "
+              f"(timed {r['generated_timed']:>2}) vs expert {r['expert_space']:>2}: pick {r['pick_ms']:.4f} ms, "
+              f"expert best {r['expert_best_ms']:.4f} ms, gap {r['gap_pct']:+.1f}%")
+
+
+if __name__ == "__main__":
+    main()
