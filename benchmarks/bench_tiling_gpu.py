@@ -31,8 +31,16 @@ def careful(f) -> float:
 
 
 def first_call(side: str) -> dict:
+    notes: list = []
     if side == "plugin":
-        import triton_dist_plugin  # noqa: F401
+        import triton_dist_plugin as tdp
+
+        class Notes:
+            @tdp.hookimpl
+            def tdp_on_tuned(self, record):
+                notes.extend(record.notes)
+
+        tdp.register(Notes())
     import torch
     import triton
 
@@ -47,8 +55,8 @@ def first_call(side: str) -> dict:
     torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     pick = tuned.best_config
-    return {"side": side, "first_call_s": seconds, "pick": {"kwargs": pick.kwargs, "num_warps": pick.num_warps,
-                                                             "num_stages": pick.num_stages}}
+    picked = {"kwargs": pick.kwargs, "num_warps": pick.num_warps, "num_stages": pick.num_stages}
+    return {"side": side, "first_call_s": seconds, "notes": notes, "pick": picked}
 
 
 def expert_space(name: str, shape: tuple) -> list:
@@ -114,7 +122,10 @@ def quality() -> list:
 
     tdp.register(Count())
     rows = []
+    wanted = [k for k in os.environ.get("TDP_KERNELS", "").split(",") if k] or list(SHAPES)
     for name, shapes in SHAPES.items():
+        if name not in wanted:
+            continue
         for shape in shapes:
             torch.manual_seed(0)
             jit, run = case(name, shape)
@@ -178,20 +189,22 @@ def main() -> None:
     if len(sys.argv) > 1:
         return child(sys.argv[1])
     results: dict = {}
-    for side in ("upstream", "plugin"):
+    only = os.environ.get("TDP_ONLY", "first_call,exhaustive,quality").split(",")
+    for side in ("upstream", "plugin") if "first_call" in only else ():
         with tempfile.TemporaryDirectory() as cache:
             results[side] = run_child(side, {"TRITON_CACHE_DIR": cache})
             print(side, results[side], flush=True)
     picks = {s: results[s]["pick"] for s in ("upstream", "plugin") if "pick" in results[s]}
-    results["exhaustive"] = run_child("exhaustive", {"TDP_PICKS": json.dumps(picks)})
-    results["quality"] = run_child("quality", {})
+    results["exhaustive"] = run_child("exhaustive", {"TDP_PICKS": json.dumps(picks)}) if "exhaustive" in only else {}
+    results["quality"] = run_child("quality", {"TDP_KERNELS": os.environ.get("TDP_KERNELS", "")}) if (
+        "quality" in only) else []
     text = json.dumps(results, indent=2, default=str)
     out = ROOT / "benchmarks" / "results" / "tiling_h200.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], out.name).write_text(text)
-    up, pl = results["upstream"], results["plugin"]
+    up, pl = results.get("upstream", {}), results.get("plugin", {})
     if "first_call_s" in up and "first_call_s" in pl:
         print(f"\nfirst call, 48-config matmul 4096^3: upstream {up['first_call_s']:.2f}s, plugin "
               f"{pl['first_call_s']:.2f}s ({up['first_call_s'] / pl['first_call_s']:.1f}x)")

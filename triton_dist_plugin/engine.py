@@ -75,7 +75,7 @@ class Screen:
     n_repeat: int = 5
     margin: float = 0.15  # keep candidates within 15% of the best first-round time...
     keep_at_least: int = 3  # ...but never fewer than this many
-    fraction: float = 0.25  # ...nor more than this share of them (or keep_at_least)
+    fraction: float = 0.1  # ...nor more than this share of them (or keep_at_least)
 
     def survivors(self, timings: dict) -> list:
         valid = sorted((t[0], i, c) for i, (c, t) in enumerate(timings.items()) if math.isfinite(t[0]))
@@ -145,6 +145,8 @@ def run_candidates(
         timings.update(first)
         failures.update(failed)
         finalists = screen.survivors(first)
+        request.notes.append(f"screened {len(runnable)} candidates in {time.perf_counter() - start:.2f}s; "
+                             f"measuring the best {len(finalists)} fully")
     final, failed = _round(request, finalists, calls, method, do_bench, n_warmup, n_repeat, group, on_candidate)
     timings.update(final)
     failures.update(failed)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import operator
 import os
 import threading
+import time
 import weakref
 from typing import Any, Optional
 
@@ -328,7 +329,10 @@ def _bench_and_record(instance, state, request, key, args, kwargs, nargs, config
 
     def bench():
         nonlocal outcome
+        started = time.perf_counter()
         failed = precompile(instance, state, args, kwargs, configs) if request.device != "cpu" else {}
+        if request.device != "cpu":
+            request.notes.append(f"compiled {len(configs)} candidates in {time.perf_counter() - started:.2f}s")
         if accuracy_check_enabled(instance):
             failed.update(check_accuracy(configs, make_call, nargs, failed))
         screen = engine.Screen() if os.environ.get(SEARCH_ENV, "halving") != "exhaustive" else None

@@ -178,8 +178,9 @@ def _variants(blocks: dict, an, hw, dot: bool, elem: int, hints: dict) -> list:
     warps: tuple = () if "num_warps" in hints else hw.warps
     stages: tuple = () if "num_stages" in hints or not dot else hw.stages
     if warps and not dot:
+        # About eight elements per thread: enough work per thread, enough threads per row.
         per_thread = math.prod(blocks.values()) / 32
-        ideal = max(1, min(16, _np2(int(per_thread // 16) or 1)))
+        ideal = max(1, min(16, _np2(int(per_thread // 8) or 1)))
         warps = tuple(sorted({ideal, max(1, ideal // 2)} if ideal > 1 else {1, 2}))
     elif warps and dot:
         bm_bn = math.prod(v for n, v in blocks.items() if an.tiles[n].role == "program")
