@@ -75,6 +75,7 @@ class Screen:
     n_repeat: int = 5
     margin: float = 0.15  # keep candidates within 15% of the best first-round time...
     keep_at_least: int = 3  # ...but never fewer than this many
+    min_candidates: int = 9  # fewer than this: measure them all fully (short kernels screen noisily)
     fraction: float = 0.1  # ...nor more than this share of them (or keep_at_least)
 
     def survivors(self, timings: dict) -> list:
@@ -139,7 +140,7 @@ def run_candidates(
             timings[config], failures[config] = list(INF3), describe(exc)
     runnable = [c for c in configs if c in calls]
     finalists = runnable
-    if screen is not None and do_bench is None and len(runnable) > screen.keep_at_least:
+    if screen is not None and do_bench is None and len(runnable) >= screen.min_candidates:
         first, failed = _round(request, runnable, calls, method, None, screen.n_warmup, screen.n_repeat, group,
                                on_candidate)
         timings.update(first)

@@ -180,7 +180,7 @@ def _variants(blocks: dict, an, hw, dot: bool, elem: int, hints: dict) -> list:
     if warps and not dot:
         # About eight elements per thread: enough work per thread, enough threads per row.
         per_thread = math.prod(blocks.values()) / 32
-        ideal = max(1, min(16, _np2(int(per_thread // 8) or 1)))
+        ideal = max(1, min(max(hw.warps), _np2(int(per_thread // 8) or 1)))
         warps = tuple(sorted({ideal, max(1, ideal // 2)} if ideal > 1 else {1, 2}))
     elif warps and dot:
         bm_bn = math.prod(v for n, v in blocks.items() if an.tiles[n].role == "program")
