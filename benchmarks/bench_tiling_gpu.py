@@ -190,7 +190,8 @@ def main() -> None:
         return child(sys.argv[1])
     results: dict = {}
     only = os.environ.get("TDP_ONLY", "first_call,exhaustive,quality").split(",")
-    for side in ("upstream", "plugin") if "first_call" in only else ():
+    sides = os.environ.get("TDP_SIDES", "upstream,plugin").split(",")
+    for side in sides if "first_call" in only else ():
         with tempfile.TemporaryDirectory() as cache:
             results[side] = run_child(side, {"TRITON_CACHE_DIR": cache})
             print(side, results[side], flush=True)
