@@ -195,7 +195,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as cache:
             results[side] = run_child(side, {"TRITON_CACHE_DIR": cache})
             print(side, results[side], flush=True)
-    picks = {s: results[s]["pick"] for s in ("upstream", "plugin") if "pick" in results[s]}
+    picks = {s: results[s]["pick"] for s in ("upstream", "plugin") if "pick" in results.get(s, {})}
     results["exhaustive"] = run_child("exhaustive", {"TDP_PICKS": json.dumps(picks)}) if "exhaustive" in only else {}
     results["quality"] = run_child("quality", {"TDP_KERNELS": os.environ.get("TDP_KERNELS", "")}) if (
         "quality" in only) else []
