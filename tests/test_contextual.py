@@ -211,3 +211,18 @@ def test_bad_arguments_are_clear_errors():
         contextual_autotune(n_repeat=0)
     with pytest.raises(ValueError, match="n_warmup must be an int >= 0"):
         contextual_autotune(n_warmup=-1)
+
+
+def test_configs_empty_kernels_are_generated_and_tuned_in_context():
+    from kernels import KERNELS
+
+    spec = KERNELS["add"]
+    kernel = triton.autotune(configs=[], key=spec.key)(spec.jit)
+
+    @contextual_autotune(n_repeat=2, n_warmup=1)
+    def f(x, y):
+        return spec.launch(kernel, x, y)
+
+    x, y = spec.make_inputs("tiny", DEVICE)
+    torch.testing.assert_close(f(x, y), x + y)
+    assert len(kernel.configs_timings) > 1 and "BLOCK" in kernel.best_config.kwargs

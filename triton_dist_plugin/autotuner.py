@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from . import _compat, distributed, engine, launch
-from .requests import TuningRecord
+from .requests import TuningRecord, TuningRequest
 
 LOG_DIR = Path(".autotune_logs")
 _active_lock = threading.Lock()
@@ -99,9 +99,12 @@ class Session:
                 index = entry.fallback()
 
     def _register(self, tuner, state, key, args, kwargs) -> Entry:
-        tuner.nargs = dict(zip(state.arg_names, args))
-        try:
-            configs = list(tuner.prune_configs(kwargs))
+        nargs = dict(zip(state.arg_names, args))
+        meta = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
+        request = TuningRequest(state.name, key, self.device, nargs, meta, autotuner=tuner, grid=kwargs.get("grid"))
+        tuner.nargs = nargs
+        try:  # explicit configs through Triton's pruning, or generated ones for configs=[]
+            configs = list(launch._candidates(tuner, state, request, kwargs))
         finally:
             tuner.nargs = None
         self.log(f"registered {state.name} key={key} with {len(configs)} candidates")
