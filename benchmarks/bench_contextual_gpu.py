@@ -11,13 +11,13 @@ step, timed carefully (do_bench median, alternating, 5 rounds).
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 from pathlib import Path
 
 import torch
 import triton
+from _common import save_results
 
 from kernels import KERNELS
 from triton_dist_plugin.autotuner import contextual_autotune
@@ -79,13 +79,8 @@ def main() -> None:
               "same_picks": [str(x) == str(y) for x, y in zip(alone, ctx)], "step_ms": med,
               "context_speedup_pct": (med["alone"] / med["context"] - 1) * 100,
               "tuning_s": {"alone": alone_s, "context": ctx_s}, "rounds_ms": times}
-    text = json.dumps(result, indent=2)
-    out = ROOT / "benchmarks" / "results" / "contextual_h200.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], out.name).write_text(text)
-    print(text)
+    save_results("contextual_h200.json", result)
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

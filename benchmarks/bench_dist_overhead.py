@@ -79,8 +79,9 @@ def main() -> None:
     if args.rank is not None:
         return rank_main(args.rank, args.world, args.port, args.candidates, args.ms)
     rows = [measure(w, args.candidates, args.ms) for w in args.ranks]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(rows, indent=2))
+    from _common import save_results
+
+    save_results(Path(args.out).name, rows)
     base = rows[0]["tuning_s_median"]
     print(f"{args.candidates} candidates x (5 warm-up + 10 timed) calls of {args.ms} ms each\n")
     print(f"{'ranks':>5} {'tuning (s)':>11} {'calls (s)':>10} {'overhead (ms)':>14} {'vs 1 rank':>10}")

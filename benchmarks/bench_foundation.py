@@ -57,15 +57,7 @@ def child(side: str) -> dict:
     add.jit[direct_grid](x, y, o, n, BLOCK=best.kwargs["BLOCK"], num_warps=best.num_warps)
     torch.cuda.synchronize()
 
-    def host_loop(f, iters=20000):
-        for _ in range(500):
-            f()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            f()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t0) / iters * 1e6
+    from _common import host_loop
 
     rounds = []
     for _ in range(7):
@@ -182,7 +174,7 @@ def cache_probe(cache_dir: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--child")
-    parser.add_argument("--out", default="benchmarks/results/foundation_h200.json")
+    parser.add_argument("--out", default="foundation_h200.json", help="file name under benchmarks/results/")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child), default=str))
@@ -200,10 +192,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         disk = cache_probe(d)
     results = {"upstream": upstream, "plugin": plugin, "disk_cache": disk}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2, default=str))
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "foundation_h200.json").write_text(json.dumps(results, indent=2, default=str))
+    from _common import save_results
+
+    save_results(Path(args.out).name, results)
     for side in (upstream, plugin):
         if "error" in side:
             print(side["side"], "ERROR", side["error"])

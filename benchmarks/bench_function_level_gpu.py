@@ -10,14 +10,13 @@ the pick ranks and how far it is from the best.
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import time
 from pathlib import Path
 
 import torch
 import triton
+from _common import save_results
 
 from kernels import KERNELS
 from triton_dist_plugin.tune import autotune
@@ -59,12 +58,7 @@ def study(name: str) -> dict:
 
 def main() -> None:
     rows = [study(name) for name in ("layernorm", "softmax", "matmul")]
-    text = json.dumps(rows, indent=2)
-    out = ROOT / "benchmarks" / "results" / "function_level_h200.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], out.name).write_text(text)
+    save_results("function_level_h200.json", rows)
     print(f"{'kernel':<10} {'cands':>5} {'tune s':>7} {'pick ms':>9} {'best ms':>9} {'rank':>5} {'gap %':>6}")
     for r in rows:
         print(f"{r['kernel']:<10} {r['candidates']:>5} {r['tuning_s']:>7.2f} {r['pick_ms']:>9.4f} {r['best_ms']:>9.4f} "

@@ -19,9 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import ROOT, save_results
 
 
 def careful(f) -> float:
@@ -205,12 +204,7 @@ def main() -> None:
     results["exhaustive"] = run_child("exhaustive", {"TDP_PICKS": json.dumps(picks)}) if "exhaustive" in only else {}
     results["quality"] = run_child("quality", {"TDP_KERNELS": os.environ.get("TDP_KERNELS", "")}) if (
         "quality" in only) else []
-    text = json.dumps(results, indent=2, default=str)
-    out = ROOT / "benchmarks" / "results" / "tiling_h200.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], out.name).write_text(text)
+    save_results("tiling_h200.json", results)
     up, pl = results.get("upstream", {}), results.get("plugin", {})
     if "first_call_s" in up and "first_call_s" in pl:
         print(f"\nfirst call, 48-config matmul 4096^3: upstream {up['first_call_s']:.2f}s, plugin "

@@ -2,7 +2,6 @@
 
 import cProfile
 import pstats
-import time
 
 import torch
 import triton
@@ -24,16 +23,7 @@ meta = launch.state_of(tuned).launch_kwargs(best)
 dgrid = (triton.cdiv(n, best.kwargs["BLOCK"]),)
 
 
-def per_call(f, iters=20000):
-    for _ in range(500):
-        f()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        f()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / iters * 1e6
-
+from _common import host_loop as per_call  # noqa: E402
 
 st = launch.state_of(tuned)
 args = (x, y, o, n)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+from triton_dist_plugin import hookimpl
+
 ROOT = Path(__file__).resolve().parents[1]
 DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
 
@@ -23,3 +25,19 @@ def run_python(code: str, env: dict | None = None, timeout: float = 240) -> subp
 
 def rand(*shape, dtype=torch.float32):
     return torch.randn(*shape, dtype=dtype, device=DEVICE)
+
+
+class Recorder:
+    """Observer plugin: every tuning record, and every candidate request the timing hook saw
+    (it answers None, so the built-in still times them)."""
+
+    def __init__(self):
+        self.records, self.timed = [], []
+
+    @hookimpl
+    def tdp_on_tuned(self, record):
+        self.records.append(record)
+
+    @hookimpl(tryfirst=True)
+    def tdp_time_candidate(self, request):
+        self.timed.append(request)

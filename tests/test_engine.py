@@ -7,27 +7,11 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import DEVICE, rand
+from helpers import DEVICE, Recorder, rand
 
 import triton_dist_plugin as tdp
 from kernels import KERNELS
 from triton_dist_plugin import _compat, hookimpl
-
-
-class Recorder:
-    """Observer plugin: every tuning record, and every candidate the timing hook saw."""
-
-    def __init__(self):
-        self.records, self.timed = [], []
-
-    @hookimpl
-    def tdp_on_tuned(self, record):
-        self.records.append(record)
-
-    @hookimpl(tryfirst=True)
-    def tdp_time_candidate(self, request):
-        self.timed.append(request)
-        return None  # no opinion: the built-in times it
 
 
 @pytest.fixture

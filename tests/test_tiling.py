@@ -10,25 +10,11 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import DEVICE
+from helpers import DEVICE, Recorder
 
 from kernels import KERNELS
-from triton_dist_plugin import hookimpl
 from triton_dist_plugin.tiling.analysis import analyse
 from triton_dist_plugin.tiling.generate import GenerationError
-
-
-class Recorder:
-    def __init__(self):
-        self.records, self.timed = [], []
-
-    @hookimpl
-    def tdp_on_tuned(self, record):
-        self.records.append(record)
-
-    @hookimpl(tryfirst=True)
-    def tdp_time_candidate(self, request):
-        self.timed.append((request.config, request.n_repeat))
 
 
 @pytest.fixture
@@ -212,7 +198,7 @@ def test_accuracy_check_rejects_a_wrong_candidate(how, monkeypatch, recorder):
     torch.testing.assert_close(y, x)
     assert kernel.best_config.kwargs["BLOCK"] != 64
     assert "wrong result: argument 'y'" in recorder.records[0].failures[configs[1]]
-    assert configs[1] not in {c for c, _ in recorder.timed}  # never timed
+    assert configs[1] not in {r.config for r in recorder.timed}  # never timed
 
 
 def test_screening_round_then_full_measurement_of_the_best(recorder):
@@ -222,8 +208,8 @@ def test_screening_round_then_full_measurement_of_the_best(recorder):
     y = torch.zeros_like(x)
     kernel[lambda m: (triton.cdiv(2000, m["BLOCK"]),)](x, x, y, 2000)
     torch.testing.assert_close(y, 2 * x)
-    screened = [c for c, n in recorder.timed if n == 5]
-    full = [c for c, n in recorder.timed if n is None]
+    screened = [r.config for r in recorder.timed if r.n_repeat == 5]
+    full = [r.config for r in recorder.timed if r.n_repeat is None]
     assert len(screened) == 9 and len(full) == 3
     assert kernel.best_config in full
     assert len(kernel.configs_timings) == 9

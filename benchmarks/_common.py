@@ -1,0 +1,36 @@
+"""Pieces every benchmark here shares: host-side launch timing and saving results."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def host_loop(f: Callable[[], Any], iters: int = 20000) -> float:
+    """Host microseconds per call of ``f`` (warmed up, device synchronised at both ends)."""
+    import torch
+
+    for _ in range(500):
+        f()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        f()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / iters * 1e6
+
+
+def save_results(name: str, data: Any) -> Path:
+    """Write ``benchmarks/results/<name>`` (and a copy under ``$OUT`` when a device run sets it)."""
+    text = json.dumps(data, indent=2, default=str)
+    out = ROOT / "benchmarks" / "results" / name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], name).write_text(text)
+    return out
