@@ -24,6 +24,7 @@ from .requests import TuningRequest
 PARALLEL_COMPILE_ENV = "TRITON_AUTOTUNE_PARALLEL_COMPILE"
 ACCURACY_ENV = "TRITON_DIST_AUTOTUNE_CHECK_ACCURACY"
 SEARCH_ENV = "TRITON_DIST_AUTOTUNE_SEARCH"  # "halving" (default) or "exhaustive"
+COMPILE_WORKERS_ENV = "TRITON_DIST_AUTOTUNE_COMPILE_WORKERS"  # threads compiling candidates (default: CPUs)
 
 _TUNE_LOCK = threading.RLock()
 #: The contextual tuning session in progress (see ``autotuner.py``); it owns misses on its thread.
@@ -385,34 +386,12 @@ def precompile(instance: Any, state: KernelState, args: tuple, kwargs: dict, con
     first = compile_one(configs[0])
     if first is not None:
         failed[configs[0]] = first
-    workers = min(len(configs) - 1, os.cpu_count() or 4)
-    async_mode = _async_compile_mode()
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        if async_mode is not None:
-            # Triton's own asynchronous compilation: only compile() runs on the pool, while the
-            # kernel cache is filled from this thread. Failures are dropped here and surface,
-            # with their reason, when the candidate is timed.
-            with async_mode(pool, ignore_errors=True):
-                for config in configs[1:]:
-                    reason = compile_one(config)
-                    if reason is not None:
-                        failed[config] = reason
-        else:
-            for config, reason in zip(configs[1:], pool.map(compile_one, configs[1:])):
-                if reason is not None:
-                    failed[config] = reason
+    workers = int(os.environ.get(COMPILE_WORKERS_ENV, 0)) or (os.cpu_count() or 4)
+    with ThreadPoolExecutor(max_workers=min(len(configs) - 1, workers)) as pool:
+        for config, reason in zip(configs[1:], pool.map(compile_one, configs[1:])):
+            if reason is not None:
+                failed[config] = reason
     return failed
-
-
-def _async_compile_mode():
-    """Triton's ``AsyncCompileMode`` (3.5+), unless ``TRITON_DIST_AUTOTUNE_COMPILE=threads``."""
-    if os.environ.get("TRITON_DIST_AUTOTUNE_COMPILE") == "threads":
-        return None
-    try:
-        from triton.runtime._async_compile import AsyncCompileMode
-    except ImportError:
-        return None
-    return AsyncCompileMode
 
 
 def accuracy_check_enabled(instance: Any) -> bool:
