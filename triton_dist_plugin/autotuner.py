@@ -107,8 +107,12 @@ class Session:
             configs = list(launch._candidates(tuner, state, request, kwargs))
         finally:
             tuner.nargs = None
+        entry = Entry(tuner, state, key, configs)
+        if self.device != "cpu":  # compile every candidate up front, in parallel, as plain tuning does
+            for config, reason in launch.precompile(tuner, state, args, kwargs, configs).items():
+                entry.invalid[configs.index(config)] = reason
         self.log(f"registered {state.name} key={key} with {len(configs)} candidates")
-        return Entry(tuner, state, key, configs)
+        return entry
 
     def _run(self, entry: Entry, index: int, args: tuple, kwargs: dict, timed: bool):
         config = entry.configs[index]
