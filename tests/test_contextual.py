@@ -226,3 +226,36 @@ def test_configs_empty_kernels_are_generated_and_tuned_in_context():
     x, y = spec.make_inputs("tiny", DEVICE)
     torch.testing.assert_close(f(x, y), x + y)
     assert len(kernel.configs_timings) > 1 and "BLOCK" in kernel.best_config.kwargs
+
+
+def test_is_dist_without_torch_distributed_is_an_error_that_leaves_no_lock():
+    @contextual_autotune(is_dist=True)
+    def f(x):
+        return x
+
+    with pytest.raises(RuntimeError, match="not initialised"):
+        f(1)
+
+    @contextual_autotune()
+    def g(x):
+        return x
+
+    assert g(2) == 2  # the failed call released the tuner
+
+
+def test_once_tuned_the_function_runs_once_per_call():
+    scale_kernel = make_scale()
+    runs = []
+
+    @contextual_autotune(n_repeat=1, n_warmup=0)
+    def f(x):
+        runs.append(1)
+        y = torch.empty_like(x)
+        scale_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, 1.0, x.numel())
+        return y
+
+    x = torch.randn(64, device=DEVICE)
+    f(x)
+    first = len(runs)
+    torch.testing.assert_close(f(x), x)
+    assert first > 2 and len(runs) == first + 1

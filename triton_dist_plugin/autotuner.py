@@ -159,19 +159,21 @@ class ContextualAutoTuner:
         if not _active_lock.acquire(blocking=False):
             raise RuntimeError(f"contextual_autotune({self.fn.__qualname__}): another contextual tuner is active "
                                "(a nested call, or another thread); only one may run at a time")
-        group = None
-        rank = int(os.environ.get("RANK", "0"))
-        if self.is_dist:
-            group = distributed._resolve("world")
-            import torch.distributed as dist
-
-            rank = dist.get_rank()
-        session = Session(self.fn.__qualname__, self.n_warmup, self.n_repeat, rank)
-        launch.session = session
         try:
+            group = None
+            rank = int(os.environ.get("RANK", "0"))
+            if self.is_dist:
+                group = distributed._resolve("world")
+                import torch.distributed as dist
+
+                rank = dist.get_rank()
+            session = Session(self.fn.__qualname__, self.n_warmup, self.n_repeat, rank)
+            launch.session = session
             try:
-                self.fn(*args, **kwargs)  # discover the kernels that need tuning
+                result = self.fn(*args, **kwargs)  # discover the kernels that need tuning
                 session.collect()
+                if not session.entries:  # every kernel already has its pick: that was a normal run
+                    return result
                 while True:
                     entry = next((e for e in session.entries.values() if e.pick is None), None)
                     if entry is None:
@@ -198,8 +200,8 @@ class ContextualAutoTuner:
                 print(f"\r[contextual_autotune] {entry.label}: candidate {index + 1}/{n}", end="", file=sys.stderr,
                       flush=True)
             for round_ in range(self.n_warmup + self.n_repeat):
-                if index in entry.invalid:
-                    break
+                if index in entry.invalid and group is None:
+                    break  # alone, skip the rest; together, every rank must run the same rounds
                 session.target, session.timed = (entry, index), round_ >= self.n_warmup
                 self.fn(*args, **kwargs)
                 session.collect()
