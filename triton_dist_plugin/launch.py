@@ -279,13 +279,7 @@ def tune(instance: Any, state: KernelState, key: tuple, args: tuple, kwargs: dic
         instance.nargs = nargs  # read by prune_configs and perf models, as upstream
         try:
             configs = _candidates(instance, state, request, kwargs)
-            for cfg in configs:
-                conflicts = meta.keys() & cfg.kwargs.keys()
-                if conflicts:
-                    raise ValueError(
-                        f"Conflicting meta-parameters: {', '.join(sorted(conflicts))}. Make sure that you don't "
-                        f"re-define auto-tuned symbols: {state.name} tunes them, so do not pass them at launch."
-                    )
+            _check_conflicts(state.name, meta, configs)
             if len(configs) == 1:  # nothing to compare, as upstream
                 instance.cache[key] = configs[0]
                 return configs[0]
@@ -293,6 +287,16 @@ def tune(instance: Any, state: KernelState, key: tuple, args: tuple, kwargs: dic
         finally:
             _current.request = previous
             instance.nargs = None
+
+
+def _check_conflicts(name: str, meta: dict, configs: list) -> None:
+    for cfg in configs:
+        conflicts = meta.keys() & cfg.kwargs.keys()
+        if conflicts:
+            raise ValueError(
+                f"Conflicting meta-parameters: {', '.join(sorted(conflicts))}. Make sure that you don't "
+                f"re-define auto-tuned symbols: {name} tunes them, so do not pass them at launch."
+            )
 
 
 def _candidates(instance: Any, state: KernelState, request: TuningRequest, kwargs: dict) -> list:
@@ -470,24 +474,10 @@ def bench_wrapper(wrapped, instance, args, kwargs):
     meta = dict(kwargs)
     config = meta.pop("config")
     state = state_of(instance)
-    conflicts = meta.keys() & config.kwargs.keys()
-    if conflicts:
-        raise ValueError(f"Conflicting meta-parameters: {', '.join(sorted(conflicts))}."
-                         " Make sure that you don't re-define auto-tuned symbols.")
-    current = {**meta, **state.launch_kwargs(config)}
-    full = {**(instance.nargs or dict(zip(state.arg_names, args))), **current}
-
-    def call():
-        if config.pre_hook:
-            config.pre_hook(full)
-        instance.pre_hook(full)
-        try:
-            instance.fn.run(*args, **current)
-        except Exception as exc:
-            instance.post_hook(full, exception=exc)
-            raise
-        instance.post_hook(full, exception=None)
-
+    _check_conflicts(state.name, meta, [config])
+    # Upstream's own hooks, as its _bench calls them (the subclass owns this tuning loop).
+    call = _make_call_factory(instance, state, args, meta, lambda full: instance.pre_hook(full),
+                              lambda full, exc: instance.post_hook(full, exception=exc))(config)
     device = _compat.active_device()
     cand = engine.CandidateRequest(call=call, config=config, kernel_name=state.name, key=(), device=device,
                                    method=timing.resolve_method(device))
