@@ -118,10 +118,21 @@ def hardware(device: str, world_size: int) -> dict:
         info["name"] = mod.get_device_name(mod.current_device())
         info["count"] = mod.device_count()
         info["toolkit"] = getattr(torch.version, "cuda" if device == "cuda" else "cann", None)
+        info["driver"] = _driver_version()
     else:
         info["name"] = platform.processor() or platform.machine()
         info["interpreter"] = os.environ.get("TRITON_INTERPRET") == "1"
     return info
+
+
+def _driver_version() -> Optional[str]:
+    """The NVIDIA kernel driver's version where Linux exposes it (timings change with drivers)."""
+    try:
+        first = Path("/proc/driver/nvidia/version").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    found = re.search(r"\b(\d+\.\d+(?:\.\d+)?)\b", first)
+    return found.group(1) if found else first.strip()
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
