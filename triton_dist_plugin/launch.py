@@ -192,6 +192,8 @@ def _fast_run(instance: Any, state: KernelState):
     fast, fast_key, min_args = state.fast, state.key_get, state.min_args
 
     def run(*args, **kwargs):
+        # Two keywords can only be ``grid`` and ``warmup``: Triton's run() requires both, so a
+        # launch with two keywords passed every kernel argument positionally.
         if len(kwargs) == 2 and len(args) >= min_args and len(instance.cache) == state.cache_len:
             hit = fast.get(fast_key(args))
             if hit is not None:
