@@ -93,7 +93,7 @@ def test_a_failing_candidate_times_as_infinity_and_tuning_goes_on(recorder):
     assert kernel.best_config in good
     record = recorder.records[0]
     assert set(record.failures) == {bad}
-    assert "power of 2" in record.failures[bad] or "arange" in record.failures[bad]
+    assert "power of 2" in record.failures[bad]
 
 
 def test_every_candidate_failing_is_a_runtime_error_listing_each_reason():
@@ -350,8 +350,8 @@ def test_subclass_with_its_own_run_times_through_the_hooks(recorder):
     x, y = _launch_copy(kernel)
     assert torch.equal(x, y)
     assert {r.config for r in recorder.timed} == set(CONFIGS + [bad])
-    assert kernel.configs_timings[bad] == [math.inf] * 3 and "arange" in str(kernel.tdp_failures[bad]) or \
-        "power of 2" in str(kernel.tdp_failures[bad])
+    assert kernel.configs_timings[bad] == [math.inf] * 3
+    assert "power of 2" in kernel.tdp_failures[bad]
 
 
 class _Serialised:
