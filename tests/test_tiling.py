@@ -213,3 +213,40 @@ def test_screening_round_then_full_measurement_of_the_best(recorder):
     assert len(screened) == 9 and len(full) == 3
     assert kernel.best_config in full
     assert len(kernel.configs_timings) == 9
+
+
+def _plan(name, shape_args, hw, hints=None):
+    from triton_dist_plugin.tiling.generate import plan
+
+    spec = KERNELS[name]
+    an = analyse(spec.jit)
+    nargs = dict(zip(an.params, shape_args))
+    return plan(None, an, nargs, {"grid": lambda m: (1,)}, hints or {}, hw=hw)
+
+
+def test_cuda_model_keeps_matmul_candidates_within_shared_memory_and_count():
+    # The model of an H200 as hardware.py reads it there (132 SMs, 227 KB opt-in shared memory).
+    from triton_dist_plugin.tiling.hardware import Hardware
+
+    h200 = Hardware("cuda", 132, 232448, 8192, 16, 16, (4, 8), (3, 4), 12)
+    a = torch.empty(4096, 4096, dtype=torch.float16)
+    result = _plan("matmul", (a, a, a, 4096, 4096, 4096, 4096, 1, 4096, 1, 4096, 1), h200, {"GROUP_M": [8]})
+    assert 1 < len(result.configs) <= 12
+    for c in result.configs:
+        k = c.kwargs
+        assert c.num_stages * (k["BLOCK_M"] * k["BLOCK_K"] + k["BLOCK_K"] * k["BLOCK_N"]) * 2 <= 232448
+        assert k["BLOCK_M"] * k["BLOCK_N"] <= 256 * 128 and k["GROUP_M"] == 8
+    assert any("shared memory" in n or "registers" in n for n in result.notes)
+
+
+def test_ascend_model_keeps_blocks_32_byte_aligned_and_within_the_unified_buffer():
+    # The Ascend model as hardware.py builds it (no NPU here: the model is exercised directly).
+    from triton_dist_plugin.tiling.hardware import Hardware
+
+    npu = Hardware("npu", 40, 192 * 1024, 16384, 8, 32, (), (), 12)
+    x = torch.empty(1 << 20, dtype=torch.float16)
+    result = _plan("add", (x, x, x, 1 << 20), npu)
+    assert result.configs
+    for c in result.configs:
+        assert (c.kwargs["BLOCK"] * 2) % 32 == 0 and c.kwargs["BLOCK"] * 2 * 3 <= 192 * 1024
+    assert any("not a multiple of 32" in n for n in result.notes)  # 8 fp16 elements = 16 bytes

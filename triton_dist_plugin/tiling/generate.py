@@ -185,6 +185,11 @@ def _variants(blocks: dict, an, hw, dot: bool, elem: int, hints: dict) -> list:
     elif warps and dot:
         bm_bn = math.prod(v for n, v in blocks.items() if an.tiles[n].role == "program")
         warps = (8,) if bm_bn >= 128 * 128 else (4,) if bm_bn <= 64 * 64 else (4, 8)
+    if stages:  # deeper pipelines hold more K-slices in shared memory: keep those that fit
+        progs = [v for n, v in blocks.items() if an.tiles[n].role == "program"] + [1, 1]
+        bk = next((v for n, v in blocks.items() if an.tiles[n].role == "loop"), 1)
+        per_stage = (progs[0] * bk + bk * progs[1]) * elem
+        stages = tuple(s for s in stages if s * per_stage <= hw.onchip_bytes) or stages[:1]
     out = []
     for w in warps or (None,):
         for s in stages or (None,):
