@@ -250,3 +250,15 @@ def test_ascend_model_keeps_blocks_32_byte_aligned_and_within_the_unified_buffer
     for c in result.configs:
         assert (c.kwargs["BLOCK"] * 2) % 32 == 0 and c.kwargs["BLOCK"] * 2 * 3 <= 192 * 1024
     assert any("not a multiple of 32" in n for n in result.notes)  # 8 fp16 elements = 16 bytes
+
+
+def test_deeper_pipelines_are_dropped_where_shared_memory_is_small():
+    from triton_dist_plugin.tiling.hardware import Hardware
+
+    small = Hardware("cuda", 108, 100 * 1024, 8192, 16, 16, (4, 8), (3, 4), 12)
+    a = torch.empty(4096, 4096, dtype=torch.float16)
+    result = _plan("matmul", (a, a, a, 4096, 4096, 4096, 4096, 1, 4096, 1, 4096, 1), small, {"GROUP_M": [8]})
+    assert result.configs
+    for c in result.configs:
+        k = c.kwargs
+        assert c.num_stages * (k["BLOCK_M"] * k["BLOCK_K"] + k["BLOCK_K"] * k["BLOCK_N"]) * 2 <= 100 * 1024
