@@ -32,7 +32,9 @@ def prune_fn(entry, x, alpha, *args, **kwargs):
 def make_scale():
     @autotune(config_space=configs(), key_fn=key_fn, prune_fn=prune_fn)
     def scale(x, alpha, cfg):
-        return SCALE.launch(SCALE.jit, x, alpha, **cfg.all_kwargs())
+        # cfg.kwargs and num_warps rather than all_kwargs(): Triton 3.2's interpreter rejects the
+        # other compile options its Config carries.
+        return SCALE.launch(SCALE.jit, x, alpha, **cfg.kwargs, num_warps=cfg.num_warps)
 
     return scale
 
@@ -81,7 +83,8 @@ def test_seed_example_tunes_once_returns_the_result_and_caches_on_disk(tunings, 
     assert path.parent.name.startswith("test_tune.make_scale._locals_.scale-")
     record = json.loads(path.read_text())
     assert record["key"] == repr(key) and record["pick"] in range(4)
-    assert {"torch", "triton", "python"} <= record["versions"].keys()
+    assert {"torch", "python"} <= record["versions"].keys()
+    assert {"triton", "triton-ascend"} & record["versions"].keys()
     assert len(record["candidates"]) == 4 and all(len(c["ms"]) == 3 for c in record["candidates"])
     assert record["hardware"]["device"] == DEVICE and record["timestamp"]
     assert "pick: candidate" in path.with_suffix(".log").read_text()
