@@ -102,6 +102,7 @@ class AutoTuner:
         import datetime as dt
 
         device = _device()
+        method = "wall" if device == "cpu" else "event"  # the whole function, timed as the seed says
         world = 1
         rank = 0
         if group is not None:
@@ -147,19 +148,18 @@ class AutoTuner:
                 bar.update(1)
 
         try:
-            outcome = engine.run_candidates(request, retained, make_call, method="wall" if device == "cpu" else "event",
+            outcome = engine.run_candidates(request, retained, make_call, method=method,
                                             n_warmup=N_WARMUP, n_repeat=N_REPEAT, group=group,
                                             on_candidate=on_candidate)
         finally:
             if bar is not None:
                 bar.close()
         best = outcome.best
-        method = "wall" if device == "cpu" else "event"
         engine.record(request, outcome, best, outcome.timings, method=method, cache_hit=False)
         logger.info("%s: picked candidate %d %s in %.2fs", self.name, best, reprs[best], outcome.bench_time)
         if _writes_cache(group):
             path = store.store(key, {
-                "pick": best, "pick_config": reprs[best], "method": "wall" if device == "cpu" else "event",
+                "pick": best, "pick_config": reprs[best], "method": method,
                 "bench_time_s": outcome.bench_time, "retained": retained,
                 "candidates": [{"index": i, "config": reprs[i], "ms": t if all(map(_finite, t)) else None,
                                 "failure": outcome.failures.get(i)} for i, t in outcome.timings.items()],
