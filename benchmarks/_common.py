@@ -25,6 +25,15 @@ def host_loop(f: Callable[[], Any], iters: int = 20000) -> float:
     return (time.perf_counter() - t0) / iters * 1e6
 
 
+def interleaved(fns: dict[str, Callable[[], Any]], rounds: int = 31, iters: int = 2000) -> list[dict]:
+    """Host microseconds per call of each of ``fns``, measured in short alternating rounds.
+
+    Host timings drift by tens of percent over seconds on a shared machine; ratios taken within
+    one short round, then the median over rounds, are what stays comparable.
+    """
+    return [{name: host_loop(f, iters) for name, f in fns.items()} for _ in range(rounds)]
+
+
 def save_results(name: str, data: Any) -> Path:
     """Write ``benchmarks/results/<name>`` (and a copy under ``$OUT`` when a device run sets it)."""
     text = json.dumps(data, indent=2, default=str)

@@ -57,20 +57,31 @@ def child(side: str) -> dict:
     add.jit[direct_grid](x, y, o, n, BLOCK=best.kwargs["BLOCK"], num_warps=best.num_warps)
     torch.cuda.synchronize()
 
-    from _common import host_loop
+    from _common import interleaved
 
-    rounds = []
-    for _ in range(7):
-        t_tuned = host_loop(lambda: tuned[grid](x, y, o, n))
-        t_direct = host_loop(lambda: add.jit[direct_grid](x, y, o, n, BLOCK=best.kwargs["BLOCK"],
-                                                           num_warps=best.num_warps))
-        # The same compiled kernel launched directly with the same grid function: an autotuned
-        # launch needs grid(meta), which costs Triton ~1-2 us whoever calls it.
-        t_same_grid = host_loop(lambda: add.jit[grid](x, y, o, n, BLOCK=best.kwargs["BLOCK"],
-                                                      num_warps=best.num_warps))
-        rounds.append({"tuned_us": t_tuned, "direct_us": t_direct, "direct_same_grid_us": t_same_grid,
-                       "ratio": t_tuned / t_direct, "ratio_same_grid": t_tuned / t_same_grid})
+    BL, NW = best.kwargs["BLOCK"], best.num_warps
+    fns = {
+        "tuned_us": lambda: tuned[grid](x, y, o, n),
+        # ANCHORS' direct launch: the chosen config's constexpr and warps, a tuple grid.
+        "direct_us": lambda: add.jit[(triton.cdiv(n, BL),)](x, y, o, n, BLOCK=BL, num_warps=NW),
+        # The same compiled kernel launched directly with the autotuned launch's grid function.
+        "direct_same_grid_us": lambda: add.jit[grid](x, y, o, n, BLOCK=BL, num_warps=NW),
+    }
+    if side == "plugin":
+        from triton_dist_plugin import direct
+
+        os.environ[direct.DIRECT_ENV] = "0"  # read when a tuned key gets its launcher
+        tuned_off = triton.autotune(configs=add_configs, key=["n"])(add.jit)
+        tuned_off[grid](x, y, o, n)
+        tuned_off[grid](x, y, o, n)
+        del os.environ[direct.DIRECT_ENV]
+        fns["tuned_direct_launch_off_us"] = lambda: tuned_off[grid](x, y, o, n)
+    rounds = interleaved(fns)
+    for r in rounds:
+        r["ratio"] = r["tuned_us"] / r["direct_us"]
+        r["ratio_same_grid"] = r["tuned_us"] / r["direct_same_grid_us"]
     out["dispatch"] = rounds
+    out["dispatch_median_us"] = {k: statistics.median(r[k] for r in rounds) for k in fns}
     out["dispatch_median_ratio"] = statistics.median(r["ratio"] for r in rounds)
     out["dispatch_median_ratio_same_grid"] = statistics.median(r["ratio_same_grid"] for r in rounds)
     if os.environ.get("TDP_DISPATCH_ONLY"):
@@ -180,11 +191,15 @@ def main() -> None:
         print(json.dumps(child(args.child), default=str))
         return
     if os.environ.get("TDP_DISPATCH_ONLY"):
-        for side in ("upstream", "plugin"):
-            r = run_child(side, {})
-            print(side, {k: v for k, v in r.items() if k.startswith("dispatch_median")}, r.get("error", ""))
-            for row in r.get("dispatch", []):
-                print("   ", {k: round(v, 2) for k, v in row.items()})
+        from _common import save_results
+
+        sides = {side: run_child(side, {}) for side in ("upstream", "plugin")}
+        save_results("foundation_dispatch_h200.json", sides)
+        for side, r in sides.items():
+            print(side, r.get("error", ""))
+            for k in ("dispatch_median_us", "dispatch_median_ratio", "dispatch_median_ratio_same_grid"):
+                v = r.get(k)
+                print(f"   {k}: {({a: round(b, 2) for a, b in v.items()} if isinstance(v, dict) else round(v, 3))}")
         return
     upstream = run_child("upstream", {})
     pick = (upstream.get("matmul") or {}).get("pick")

@@ -1,7 +1,7 @@
 """What the patched ``Autotuner`` does on a launch, on a miss, and when a subclass times.
 
 The cache-hit path is the hot path: compute the key (upstream's exact tuple), look it up, and
-launch with the config's keyword arguments merged once and kept. No environment reads, no
+launch with the config's keyword arguments merged once and kept (through ``direct`` on a GPU). No environment reads, no
 per-call dictionaries of every argument, and no writes to shared state except ``best_config``.
 
 On a miss, tuning runs under one process-wide lock with all per-call state held locally, so
@@ -18,7 +18,7 @@ import time
 import weakref
 from typing import Any, Optional
 
-from . import _compat, bus, distributed, engine, timing
+from . import _compat, bus, direct, distributed, engine, timing
 from .requests import TuningRequest
 
 PARALLEL_COMPILE_ENV = "TRITON_AUTOTUNE_PARALLEL_COMPILE"
@@ -98,6 +98,17 @@ class KernelState:
         return tuple(key)
 
     def launch_kwargs(self, config: Any) -> dict:
+        return self._entry(config)[1]
+
+    def hit(self, config: Any, fn: Any) -> tuple:
+        """What the fast path needs for ``config``: (config, launch keywords, direct launcher or None)."""
+        entry = self._entry(config)
+        if len(entry) == 2:
+            launcher = direct.Launcher(fn, entry[1]) if direct.usable(fn) else None
+            entry = self.launch[id(config)] = (config, entry[1], launcher)
+        return entry
+
+    def _entry(self, config: Any) -> tuple:
         entry = self.launch.get(id(config))
         if entry is None or entry[0] is not config:
             kwargs = config.all_kwargs()
@@ -106,7 +117,7 @@ class KernelState:
                 # nothing to the interpreter, and older interpreters reject them.
                 kwargs = {k: v for k, v in kwargs.items() if k in self.arg_set or k in _UPSTREAM_OPTIONS}
             entry = self.launch[id(config)] = (config, kwargs)
-        return entry[1]
+        return entry
 
 
 _NO_DTYPE = object()
@@ -160,7 +171,7 @@ def run_wrapper(wrapped, instance, args, kwargs):
             state.fast.clear()
             state.cache_len = len(cache)
         if len(kwargs) == 2 and len(args) >= state.min_args and config.pre_hook is None:
-            state.fast[state.key_get(args)] = (config, state.launch_kwargs(config))
+            state.fast[state.key_get(args)] = state.hit(config, instance.fn)
     else:
         config = instance.configs[0]
     instance.best_config = config
@@ -185,7 +196,8 @@ def _fast_run(instance: Any, state: KernelState):
     """The cache-hit path, bound to one ``Autotuner`` as an instance attribute.
 
     Looking ``run`` up on the instance finds this closure before the class's wrapper, so a tuned
-    launch pays for one key and one dict lookup, not for a wrapper call. Anything unusual
+    launch pays for one key and one dict lookup, not for a wrapper call; on a GPU the hit is
+    launched by the config's ``direct.Launcher`` rather than ``JITFunction.run``. Anything unusual
     (keywords for kernel arguments, a changed ``cache``, a miss, a config ``pre_hook``) takes the
     full path above.
     """
@@ -198,6 +210,8 @@ def _fast_run(instance: Any, state: KernelState):
             hit = fast.get(fast_key(args))
             if hit is not None:
                 instance.best_config = hit[0]
+                if hit[2] is not None and not kwargs["warmup"]:
+                    return hit[2](args, kwargs["grid"])
                 return instance.fn.run(*args, **kwargs, **hit[1])
         return run_wrapper(None, instance, args, kwargs)
 

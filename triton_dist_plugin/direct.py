@@ -1,0 +1,125 @@
+"""Launch a tuned config's compiled kernel without redoing what cannot have changed.
+
+On a cache hit ``JITFunction.run`` rebuilds the compile options from knobs, turns them into a
+string for its kernel-cache key and looks the kernel up, on every launch. For one tuned config
+those options change only if a knob does, so a ``Launcher`` keeps its own table from
+(specialization, knob values) to the compiled kernel that ``JITFunction.run`` itself chose, and
+fills it by calling ``JITFunction.run`` on a miss. Specialization still comes from Triton's own
+binder on every call, so alignment and value specialization are exactly Triton's.
+
+It is used only for plain ``JITFunction`` kernels on a GPU driver, on the Triton releases whose
+launch sequence is known (3.4 to 3.9), and only after a check, made whenever an entry is added,
+that this Triton builds the same kernel-cache key from the knobs read here. Anything else, or
+anything unusual on a call (pre-run hooks, global values the kernel captured, a stage-inspection
+hook), goes through ``JITFunction.run`` unchanged. ``TRITON_DIST_DIRECT_LAUNCH=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from typing import Any, Optional
+
+from . import _compat
+
+DIRECT_ENV = "TRITON_DIST_DIRECT_LAUNCH"
+#: Releases whose ``JITFunction.run`` launch sequence this module follows.
+KNOWN_RELEASES = {(3, 4), (3, 5), (3, 6), (3, 7), (3, 8), (3, 9)}
+#: Why the last launcher fell back for good (for diagnostics and benchmarks).
+refusals: dict[str, str] = {}
+
+
+def _compilation_knobs() -> list[str]:
+    """Compilation knobs that ``JITFunction.run`` copies into the options besides ``debug``."""
+    group = _compat.knobs.compilation
+    return [name for name in ("instrumentation_mode", "fpsan_homomorphic_casts") if hasattr(group, name)]
+
+
+def usable(fn: Any) -> bool:
+    """True when ``fn`` is a plain ``JITFunction`` this module knows how to launch."""
+    if _compat.knobs is None or _compat.TRITON_VERSION not in KNOWN_RELEASES or _compat.IS_ASCEND:
+        return False
+    if os.environ.get(DIRECT_ENV, "1").strip().lower() in {"0", "false", "no", "off"} or _compat.interpret():
+        return False
+    from triton.runtime.jit import JITFunction
+
+    return type(fn).run is JITFunction.run and hasattr(fn, "device_caches")
+
+
+class Launcher:
+    """Launches ``fn`` with one config's keywords (``meta``); see the module docstring."""
+
+    __slots__ = ("fn", "meta", "table", "off", "_driver", "_runtime", "_compilation", "_names", "_read",
+                 "_stage_hook")
+
+    def __init__(self, fn: Any, meta: dict):
+        from triton.runtime.driver import driver
+
+        self.fn, self.meta = fn, meta
+        self.table: dict = {}
+        self.off = "debug" in meta  # an explicit debug option is rare; let Triton handle it
+        self._driver = driver
+        self._runtime = _compat.knobs.runtime
+        self._compilation = _compat.knobs.compilation
+        self._names = _compilation_knobs()
+        self._read = operator.attrgetter(*self._names) if self._names else (lambda _: None)
+        self._stage_hook = hasattr(self._runtime, "add_stages_inspection_hook")
+
+    def _options(self) -> dict:
+        """The options ``JITFunction.run`` adds to the config's keywords, in its order."""
+        values = self._read(self._compilation)
+        values = (values,) if len(self._names) == 1 else values or ()
+        return {"debug": self.fn.debug or self._runtime.debug, **dict(zip(self._names, values))}
+
+    def __call__(self, args: tuple, grid: Any) -> Any:
+        fn, runtime = self.fn, self._runtime
+        if self.off or fn.pre_run_hooks or fn.used_global_vals or (
+                self._stage_hook and runtime.add_stages_inspection_hook is not None):
+            return fn.run(*args, grid=grid, warmup=False, **self.meta)
+        active = self._driver.active
+        device = active.get_current_device()
+        caches = fn.device_caches[device]
+        bound, spec, _ = caches[-1](*args, **self.meta)
+        try:
+            key = (tuple(spec), device, fn.debug or runtime.debug, self._read(self._compilation))
+            hit = self.table.get(key)
+        except TypeError:  # an unhashable constexpr value
+            return fn.run(*args, grid=grid, warmup=False, **self.meta)
+        if hit is None or hit[0] is not caches:
+            kernel = fn.run(*args, grid=grid, warmup=False, **self.meta)
+            self._add(key, caches, args, kernel)
+            return kernel
+        _, kernel, function, packed, run = hit
+        stream = active.get_current_stream(device)
+        if callable(grid):
+            grid = grid(bound)
+        size = len(grid)
+        values = bound.values()
+        enter = runtime.launch_enter_hook
+        metadata = None if enter is None else kernel.launch_metadata(grid, stream, *values)
+        run(grid[0], grid[1] if size > 1 else 1, grid[2] if size > 2 else 1, stream, function, packed, metadata,
+            enter, runtime.launch_exit_hook, *values)
+        return kernel
+
+    def _add(self, key: tuple, caches: tuple, args: tuple, kernel: Any) -> None:
+        """Remember ``kernel`` for ``key`` once Triton's own cache key confirms it is the one."""
+        problem = self._check(caches, args, kernel)
+        if problem is None:
+            self.table[key] = (caches, kernel, kernel.function, kernel.packed_metadata, kernel.run)
+        else:
+            self.off = True
+            refusals[getattr(self.fn, "__name__", repr(self.fn))] = problem
+
+    def _check(self, caches: tuple, args: tuple, kernel: Any) -> Optional[str]:
+        if getattr(kernel, "function", None) is None or not hasattr(kernel, "packed_metadata"):
+            return "the launched kernel has no loaded function"
+        _, spec, options = caches[-1](*args, **self.meta, **self._options())
+        if len(caches) == 5:  # 3.5+: (kernel cache, key cache, target, backend, binder)
+            from triton.runtime.jit import compute_cache_key
+
+            cache_key = compute_cache_key(caches[1], spec, options)
+        else:  # 3.4: (kernel cache, target, backend, binder)
+            cache_key = str(spec) + str(options)
+        if caches[0].get(cache_key) is not kernel:
+            return "this Triton's kernel-cache key differs from the one rebuilt here"
+        return None
