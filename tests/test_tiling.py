@@ -209,8 +209,13 @@ def test_screening_round_then_full_measurement_of_the_best(recorder):
     kernel[lambda m: (triton.cdiv(2000, m["BLOCK"]),)](x, x, y, 2000)
     torch.testing.assert_close(y, 2 * x)
     screened = [r.config for r in recorder.timed if r.n_repeat == 5]
+    second = [r.config for r in recorder.timed if r.n_repeat == 25]
     full = [r.config for r in recorder.timed if r.n_repeat is None]
-    assert len(screened) == 9 and len(full) == 3
+    assert len(screened) == 9 and len(second) == 3 and len(full) == 2
+    assert set(full) <= set(second) <= set(screened)
+    # The second round's two fastest go on to the full measurement.
+    ranked = sorted(second, key=lambda c: kernel.configs_timings[c][0] if c not in full else -1)
+    assert set(ranked[:2]) == set(full)
     assert kernel.best_config in full
     assert len(kernel.configs_timings) == 9
 

@@ -77,6 +77,13 @@ class Screen:
     keep_at_least: int = 3  # ...but never fewer than this many
     min_candidates: int = 9  # fewer than this: measure them all fully (short kernels screen noisily)
     fraction: float = 0.1  # ...nor more than this share of them (or keep_at_least)
+    second_repeat: int = 25  # with more survivors than ``final_count``, a second, longer round...
+    final_count: int = 2  # ...leaves this many for the full measurement
+
+    def narrow(self, timings: dict) -> list:
+        """The ``final_count`` best of the second round (by its median)."""
+        valid = sorted((t[0], i, c) for i, (c, t) in enumerate(timings.items()) if math.isfinite(t[0]))
+        return [c for _, _, c in valid[: self.final_count]]
 
     def survivors(self, timings: dict) -> list:
         valid = sorted((t[0], i, c) for i, (c, t) in enumerate(timings.items()) if math.isfinite(t[0]))
@@ -120,8 +127,8 @@ def run_candidates(
 ) -> Outcome:
     """Time the candidates, reduce over ``group``, pick the fastest; raise if none is valid.
 
-    With ``screen``, every candidate first gets a short round and only the survivors the full
-    measurement (the pick is always among those measured fully). ``known_failures`` are
+    With ``screen``, every candidate first gets a short round, the survivors a longer one, and
+    only the best of those the full measurement (the pick is always among those measured fully). ``known_failures`` are
     candidates already known not to work (a failed compile, a wrong result): never timed.
     """
     start = time.perf_counter()
@@ -146,9 +153,21 @@ def run_candidates(
         timings.update(first)
         failures.update(failed)
         finalists = screen.survivors(first)
-        request.notes.append(f"screened {len(runnable)} candidates in {time.perf_counter() - start:.2f}s; "
-                             f"measuring the best {len(finalists)} fully")
+        note = f"screened {len(runnable)} candidates in {time.perf_counter() - start:.2f}s"
+        if len(finalists) > screen.final_count:
+            started = time.perf_counter()
+            second, failed = _round(request, finalists, calls, method, None, screen.n_warmup, screen.second_repeat,
+                                    group, on_candidate)
+            timings.update(second)
+            failures.update(failed)
+            note += f", then the best {len(finalists)} for {screen.second_repeat} runs in " \
+                    f"{time.perf_counter() - started:.2f}s"
+            finalists = screen.narrow(second) or finalists
+        request.notes.append(f"{note}; measuring the best {len(finalists)} fully")
+    started = time.perf_counter()
     final, failed = _round(request, finalists, calls, method, do_bench, n_warmup, n_repeat, group, on_candidate)
+    if finalists is not runnable:
+        request.notes.append(f"measured {len(finalists)} finalists in {time.perf_counter() - started:.2f}s")
     timings.update(final)
     failures.update(failed)
     timings = {c: timings[c] for c in configs}

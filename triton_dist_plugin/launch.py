@@ -19,12 +19,11 @@ import weakref
 from typing import Any, Optional
 
 from . import _compat, bus, direct, distributed, engine, timing
+from . import precompile as _precompile
 from .requests import TuningRequest
 
-PARALLEL_COMPILE_ENV = "TRITON_AUTOTUNE_PARALLEL_COMPILE"
 ACCURACY_ENV = "TRITON_DIST_AUTOTUNE_CHECK_ACCURACY"
 SEARCH_ENV = "TRITON_DIST_AUTOTUNE_SEARCH"  # "halving" (default) or "exhaustive"
-COMPILE_WORKERS_ENV = "TRITON_DIST_AUTOTUNE_COMPILE_WORKERS"  # threads compiling candidates (default: CPUs)
 
 _TUNE_LOCK = threading.RLock()
 #: The contextual tuning session in progress (see ``autotuner.py``); it owns misses on its thread.
@@ -353,7 +352,10 @@ def _bench_and_record(instance, state, request, key, args, kwargs, nargs, config
         started = time.perf_counter()
         failed = precompile(instance, state, args, kwargs, configs) if request.device != "cpu" else {}
         if request.device != "cpu":
-            request.notes.append(f"compiled {len(configs)} candidates in {time.perf_counter() - started:.2f}s")
+            stages = ", ".join(f"{k} {v[0]} in {v[1]:.2f}s" if isinstance(v, tuple) else f"{k}: {v}"
+                               for k, v in _precompile.last.items())
+            request.notes.append(f"compiled {len(configs)} candidates in {time.perf_counter() - started:.2f}s"
+                                 f" ({stages})")
         if accuracy_check_enabled(instance):
             failed.update(check_accuracy(configs, make_call, nargs, failed))
         screen = engine.Screen() if os.environ.get(SEARCH_ENV, "halving") != "exhaustive" else None
@@ -382,36 +384,8 @@ def _bench_and_record(instance, state, request, key, args, kwargs, nargs, config
 
 
 def precompile(instance: Any, state: KernelState, args: tuple, kwargs: dict, configs: list) -> dict:
-    """Compile every candidate before timing, in parallel threads; returns the ones that failed.
-
-    Triton's compiler spends much of its time outside the GIL (MLIR passes, ptxas), so threads
-    overlap well. The first candidate compiles alone so that per-device caches exist before the
-    others race to fill them. ``TRITON_AUTOTUNE_PARALLEL_COMPILE=0`` compiles lazily instead.
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    warm = getattr(instance.fn, "warmup", None)
-    if os.environ.get(PARALLEL_COMPILE_ENV, "1") == "0" or warm is None or len(configs) < 2:
-        return {}
-    meta = {k: v for k, v in kwargs.items() if k != "warmup"}
-
-    def compile_one(config):
-        try:
-            warm(*args, **meta, **state.launch_kwargs(config))
-            return None
-        except Exception as exc:
-            return engine.describe(exc)
-
-    failed = {}
-    first = compile_one(configs[0])
-    if first is not None:
-        failed[configs[0]] = first
-    workers = int(os.environ.get(COMPILE_WORKERS_ENV, 0)) or (os.cpu_count() or 4)
-    with ThreadPoolExecutor(max_workers=min(len(configs) - 1, workers)) as pool:
-        for config, reason in zip(configs[1:], pool.map(compile_one, configs[1:])):
-            if reason is not None:
-                failed[config] = reason
-    return failed
+    """Compile every candidate up front (``precompile.py``); ``{config: reason}`` for failures."""
+    return _precompile.precompile(instance.fn, args, kwargs, configs, state.launch_kwargs)
 
 
 def accuracy_check_enabled(instance: Any) -> bool:

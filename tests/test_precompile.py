@@ -1,0 +1,80 @@
+"""Compiling candidates up front: the forked-worker stage and the thread stage.
+
+Under the interpreter there is nothing to compile, so the forked stage is driven here with a plain
+function standing in for ``JITFunction.warmup`` (it records which process ran it); the real
+compile in workers is measured on a GPU by ``benchmarks/bench_tiling_gpu.py``.
+"""
+
+import os
+import time
+
+import pytest
+
+from triton_dist_plugin import precompile
+
+
+def _warm_recording(directory):
+    def warm(*args, tag, grid=None, fail=False, sleep=0.0):
+        if sleep:
+            time.sleep(sleep)
+        if fail:
+            raise ValueError(f"candidate {tag} cannot compile")
+        with open(os.path.join(directory, f"{tag}.pid"), "w") as fh:
+            fh.write(str(os.getpid()))
+
+    return warm
+
+
+def test_workers_compile_each_candidate_in_another_process(tmp_path):
+    warm = _warm_recording(tmp_path)
+    kwargs = [{"tag": i, "fail": i == 3} for i in range(6)]
+    failed = precompile.in_processes(warm, (1, 2), {"grid": (1,)}, kwargs, list(range(6)), device=0)
+    assert failed == {3: "ValueError: candidate 3 cannot compile"}
+    pids = {int((tmp_path / f"{i}.pid").read_text()) for i in range(6) if i != 3}
+    assert len(pids) >= 2 and os.getpid() not in pids
+    assert precompile._job is None
+
+
+def test_a_stuck_worker_ends_the_stage_not_tuning(tmp_path, monkeypatch):
+    monkeypatch.setenv(precompile.PROCESS_TIMEOUT_ENV, "1")
+    warm = _warm_recording(tmp_path)
+    kwargs = [{"tag": i, "sleep": 30.0 if i == 1 else 0.0} for i in range(4)]
+    started = time.perf_counter()
+    assert precompile.in_processes(warm, (), {}, kwargs, list(range(4)), device=0) is None
+    assert time.perf_counter() - started < 15
+
+
+def test_thread_stage_records_failures_and_compiles_the_rest(tmp_path):
+    warm = _warm_recording(tmp_path)
+    kwargs = [{"tag": i, "fail": i == 2} for i in range(5)]
+    failed = precompile.warm_all(warm, (), {"grid": (1,)}, kwargs, device=None)
+    assert failed == {2: "ValueError: candidate 2 cannot compile"}
+    assert {int((tmp_path / f"{i}.pid").read_text()) for i in (0, 1, 3, 4)} == {os.getpid()}
+
+
+def test_switches(monkeypatch, tmp_path):
+    warm = _warm_recording(tmp_path)
+    monkeypatch.setenv(precompile.PARALLEL_COMPILE_ENV, "0")
+    assert precompile.warm_all(warm, (), {}, [{"tag": 0}, {"tag": 1, "fail": True}]) == {}
+    assert not list(tmp_path.iterdir())
+    monkeypatch.delenv(precompile.PARALLEL_COMPILE_ENV)
+    monkeypatch.setenv(precompile.COMPILE_PROCESSES_ENV, "0")
+    assert not precompile.processes_usable()
+    monkeypatch.setenv(precompile.COMPILE_PROCESSES_ENV, "many")
+    with pytest.raises(ValueError, match="TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES='many' is not a whole number"):
+        precompile.processes_usable()
+
+
+def test_forked_stage_only_where_workers_share_triton_file_cache(monkeypatch):
+    from triton_dist_plugin import _compat
+
+    monkeypatch.setattr(_compat, "interpret", lambda: False)  # as on a GPU machine
+    monkeypatch.delenv(precompile.COMPILE_PROCESSES_ENV, raising=False)
+    monkeypatch.delenv("TRITON_CACHE_MANAGER", raising=False)
+    monkeypatch.delenv("TRITON_ALWAYS_COMPILE", raising=False)
+    assert precompile.processes_usable()
+    monkeypatch.setenv("TRITON_ALWAYS_COMPILE", "1")
+    assert not precompile.processes_usable()
+    monkeypatch.delenv("TRITON_ALWAYS_COMPILE")
+    monkeypatch.setenv("TRITON_CACHE_MANAGER", "mypkg.cache:RedisCacheManager")
+    assert not precompile.processes_usable()

@@ -1,0 +1,235 @@
+"""Compile every candidate before timing, so tuning waits for the slowest compile, not the sum.
+
+Two stages, both optional:
+
+1. **Processes.** Much of Triton's compiler holds the GIL (code generation, Python passes), so
+   threads overlap only partly. Forked workers compile the candidates into Triton's on-disk
+   cache, one candidate per task, with no GPU call (the device is the parent's, known in
+   advance). Used on a GPU with Triton's default file cache, for 4 or more candidates, where
+   ``fork`` exists. It only fills the cache: any trouble (a worker failing or dying, the time
+   limit) leaves the work to stage 2.
+2. **Threads.** ``warmup`` for every candidate in the parent, in threads: after stage 1 these are
+   disk-cache hits; without it they are the compiles themselves.
+
+Failures are recorded per candidate and never stop tuning. ``TRITON_AUTOTUNE_PARALLEL_COMPILE=0``
+turns both stages off (candidates compile when first timed);
+``TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES=0`` turns stage 1 off, a number sets its workers.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+import warnings
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Optional
+
+from . import _compat, engine
+
+PARALLEL_COMPILE_ENV = "TRITON_AUTOTUNE_PARALLEL_COMPILE"
+COMPILE_WORKERS_ENV = "TRITON_DIST_AUTOTUNE_COMPILE_WORKERS"  # threads (default: CPUs)
+COMPILE_PROCESSES_ENV = "TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES"  # forked workers (default: CPUs; 0: off)
+PROCESS_TIMEOUT_ENV = "TRITON_DIST_AUTOTUNE_COMPILE_TIMEOUT"  # seconds for stage 1 (default 300)
+MIN_FOR_PROCESSES = 4
+
+#: How the last ``warm_all`` went: stage -> (candidates, seconds), and why stage 1 ended early.
+last: dict = {}
+#: The work forked workers read (set just before the fork, so it needs no pickling).
+_job: Optional[tuple] = None
+
+
+def _workers(env: str) -> int:
+    value = os.environ.get(env, "").strip()
+    try:
+        return int(value) if value else (os.cpu_count() or 4)
+    except ValueError:
+        raise ValueError(f"{env}={value!r} is not a whole number; unset it or give a count such as 8") from None
+
+
+def warm_all(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict], device: Any = None) -> dict[int, str]:
+    """Compile candidate ``i`` as ``warm(*args, **meta, **launch_kwargs[i])`` for every ``i``.
+
+    ``device`` is the parent's current device for stage 1 (``None`` skips it). Returns
+    ``{i: reason}`` for the candidates that failed.
+    """
+    if os.environ.get(PARALLEL_COMPILE_ENV, "1") == "0" or len(launch_kwargs) < 2:
+        return {}
+
+    def compile_one(i: int) -> Optional[str]:
+        try:
+            warm(*args, **meta, **launch_kwargs[i])
+            return None
+        except Exception as exc:
+            return engine.describe(exc)
+
+    failed: dict[int, str] = {}
+    last.clear()
+    rest = list(range(len(launch_kwargs)))
+    forking = device is not None and len(rest) >= MIN_FOR_PROCESSES and processes_usable()
+    if not (forking and caches_ready(warm, device)):
+        # The first compiles alone so that per-device caches exist before workers fork or threads race.
+        started = time.perf_counter()
+        first = compile_one(0)
+        if first is not None:
+            failed[0] = first
+        rest = rest[1:]
+        last["first"] = (1, time.perf_counter() - started)
+    if forking and len(rest) >= MIN_FOR_PROCESSES:
+        started = time.perf_counter()
+        # A worker's failure is not the candidate's verdict (the worker may lack something the
+        # parent has); the thread stage below compiles it again and records its own reason.
+        done = in_processes(warm, args, meta, launch_kwargs, rest, device)
+        last["processes"] = (len(rest) - len(done) if done is not None else 0, time.perf_counter() - started)
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max(1, min(len(rest), _workers(COMPILE_WORKERS_ENV)))) as pool:
+        for i, reason in zip(rest, pool.map(compile_one, rest)):
+            if reason is not None:
+                failed[i] = reason
+    last["threads"] = (len(rest), time.perf_counter() - started)
+    return failed
+
+
+def caches_ready(warm: Callable, device: Any) -> bool:
+    """Create the kernel's per-device caches (target, backend, binder) here in the parent, where
+    asking the GPU is allowed; forked workers then find them. False where Triton builds them
+    some other way (then the first candidate compiles in the parent first)."""
+    jit = _compat.jit_function(getattr(warm, "__self__", None))
+    caches = getattr(jit, "device_caches", None)
+    if not isinstance(caches, defaultdict):
+        return False
+    try:
+        backend = caches[device][-2]
+    except Exception:
+        return False
+    _prime(jit, backend)
+    return True
+
+
+def _prime(jit: Any, backend: Any) -> None:
+    """Compute once here what every compile's cache key needs and Triton memoises per process (the
+    hash of Triton's own sources, the backend's tool versions, the kernel's source hash), so that
+    forked workers inherit it instead of each computing it again."""
+    for step in (lambda: jit.cache_key, backend.hash, _triton_key):
+        try:
+            step()
+        except Exception:
+            pass
+
+
+def _triton_key() -> Any:
+    try:
+        from triton.runtime.cache import triton_key
+    except ImportError:  # older releases keep it beside the compiler
+        from triton.compiler.compiler import triton_key
+    return triton_key()
+
+
+def processes_usable() -> bool:
+    """Stage 1 helps only if workers' compiles land where the parent will find them."""
+    if _workers(COMPILE_PROCESSES_ENV) < 2 or _compat.interpret():
+        return False
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return False
+    if os.environ.get("TRITON_CACHE_MANAGER") or _compat.env_flag("TRITON_ALWAYS_COMPILE"):
+        return False
+    knobs = _compat.knobs
+    if knobs is not None:
+        from triton.runtime.cache import FileCacheManager
+
+        if getattr(knobs.cache, "manager_class", None) not in (None, FileCacheManager):
+            return False
+        if getattr(knobs.compilation, "always_compile", False):
+            return False
+    return True
+
+
+def in_processes(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict], todo: list[int],
+                 device: Any) -> Optional[dict[int, str]]:
+    """Stage 1: compile ``todo`` in forked workers; ``{i: reason}`` of failures, or None if the
+    stage itself could not finish (the caller then compiles everything in threads)."""
+    global _job
+    timeout = float(os.environ.get(PROCESS_TIMEOUT_ENV, "300"))
+    _job = (warm, args, meta, launch_kwargs, device)
+    pool = None
+    started = time.perf_counter()
+    try:
+        workers = min(len(todo), _workers(COMPILE_PROCESSES_ENV))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # "fork() in a multi-threaded process"
+            pool = multiprocessing.get_context("fork").Pool(workers)
+        forked = time.perf_counter() - started
+        # Largest candidates first: they compile longest, and the small ones then fill the gaps.
+        order = sorted(todo, key=lambda i: -_size(launch_kwargs[i]))
+        results = dict(zip(order, pool.map_async(_compile_in_worker, order, chunksize=1).get(timeout)))
+        results = [results[i] for i in todo]
+    except Exception as exc:
+        last["stage 1 ended"] = engine.describe(exc)
+        return None
+    finally:
+        _job = None
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+    # Where stage 1's time went (perf_counter is the same monotonic clock in every process).
+    wall = max(end for _, _, end in results) - started
+    busy = sum(end - begin for _, begin, end in results)
+    last["workers"] = (f"{workers} forked in {forked:.2f}s, first compile began after "
+                       f"{min(begin for _, begin, _ in results) - started:.2f}s, {busy / (workers * wall):.0%} busy")
+    return {i: reason for i, (reason, _, _) in zip(todo, results) if reason is not None}
+
+
+def _size(kwargs: dict) -> int:
+    size = 1
+    for value in kwargs.values():
+        if type(value) is int and value > 1:
+            size *= value
+    return size
+
+
+def _compile_in_worker(i: int) -> tuple[Optional[str], float, float]:
+    """In a forked worker: compile candidate ``i`` into the disk cache without touching the GPU.
+
+    Only ``warmup`` runs here, which needs the current device and stream but never launches; both
+    are answered from the parent's values, since CUDA cannot be used again after a fork.
+    """
+    warm, args, meta, launch_kwargs, device = _job  # type: ignore[misc]
+    try:
+        from triton.runtime.driver import driver
+
+        active = driver.active
+        active.get_current_device = lambda: device
+        active.get_current_stream = lambda *_: 0
+    except Exception:  # no GPU driver (Triton 3.2 finds out only here): nothing to answer for
+        pass
+    begin = time.perf_counter()
+    try:
+        warm(*args, **meta, **launch_kwargs[i])
+        reason = None
+    except Exception as exc:
+        reason = engine.describe(exc)
+    return reason, begin, time.perf_counter()
+
+
+def current_device() -> Any:
+    """The parent's current device, for stage 1 (None where there is no GPU driver)."""
+    if _compat.interpret():
+        return None
+    try:
+        from triton.runtime.driver import driver
+
+        return driver.active.get_current_device()
+    except Exception:
+        return None
+
+
+def precompile(fn: Any, args: tuple, kwargs: dict, configs: list, launch_kwargs: Callable[[Any], dict]) -> dict:
+    """Compile ``configs`` of ``fn`` for a launch with ``args`` and ``kwargs``; ``{config: reason}``
+    for those that failed."""
+    warm = getattr(fn, "warmup", None)
+    if warm is None:
+        return {}
+    meta = {k: v for k, v in kwargs.items() if k != "warmup"}
+    failed = warm_all(warm, args, meta, [launch_kwargs(c) for c in configs], current_device())
+    return {configs[i]: reason for i, reason in failed.items()}
