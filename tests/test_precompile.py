@@ -27,11 +27,15 @@ def _warm_recording(directory):
 
 def test_workers_compile_each_candidate_in_another_process(tmp_path):
     warm = _warm_recording(tmp_path)
-    kwargs = [{"tag": i, "fail": i == 3} for i in range(6)]
-    failed = precompile.in_processes(warm, (1, 2), {"grid": (1,)}, kwargs, list(range(6)), device=0)
+    kwargs = [{"tag": i, "fail": i == 3, "sleep": 0.2} for i in range(6)]
+    arrived = []
+    failed = precompile.in_processes(warm, (1, 2), {"grid": (1,)}, kwargs, list(range(6)), device=0,
+                                     on_compiled=lambda i: arrived.append((i, os.getpid())))
     assert failed == {3: "ValueError: candidate 3 cannot compile"}
     pids = {int((tmp_path / f"{i}.pid").read_text()) for i in range(6) if i != 3}
     assert len(pids) >= 2 and os.getpid() not in pids
+    # Each compiled candidate is handed to the parent as it arrives; the failed one is not.
+    assert sorted(arrived) == [(i, os.getpid()) for i in (0, 1, 2, 4, 5)]
     assert precompile._job is None
 
 

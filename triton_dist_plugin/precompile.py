@@ -57,12 +57,17 @@ def warm_all(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict],
     if os.environ.get(PARALLEL_COMPILE_ENV, "1") == "0" or len(launch_kwargs) < 2:
         return {}
 
-    def compile_one(i: int) -> Optional[str]:
+    def compile_one(i: int, load: bool = False) -> Optional[str]:
         try:
-            warm(*args, **meta, **launch_kwargs[i])
-            return None
+            kernel = warm(*args, **meta, **launch_kwargs[i])
         except Exception as exc:
             return engine.describe(exc)
+        if load:
+            try:
+                kernel.run  # noqa: B018 - Triton loads the module (and builds its launcher) on first access
+            except Exception:
+                pass  # e.g. too much shared memory: the timing round records it
+        return None
 
     failed: dict[int, str] = {}
     last.clear()
@@ -78,10 +83,21 @@ def warm_all(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict],
         last["first"] = (1, time.perf_counter() - started)
     if forking and len(rest) >= MIN_FOR_PROCESSES:
         started = time.perf_counter()
+        loaded: set = set()
+
+        def load(i: int) -> None:
+            # While workers compile the others, take this one from the disk cache and load it, so
+            # that one-time work at a first launch (building Triton's launcher) overlaps them too.
+            loaded.add(i)
+            reason = compile_one(i, load=True)
+            if reason is not None:
+                failed[i] = reason
+
         # A worker's failure is not the candidate's verdict (the worker may lack something the
         # parent has); the thread stage below compiles it again and records its own reason.
-        done = in_processes(warm, args, meta, launch_kwargs, rest, device)
+        done = in_processes(warm, args, meta, launch_kwargs, rest, device, on_compiled=load)
         last["processes"] = (len(rest) - len(done) if done is not None else 0, time.perf_counter() - started)
+        rest = [i for i in rest if i not in loaded]
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, min(len(rest), _workers(COMPILE_WORKERS_ENV)))) as pool:
         for i, reason in zip(rest, pool.map(compile_one, rest)):
@@ -146,14 +162,18 @@ def processes_usable() -> bool:
 
 
 def in_processes(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict], todo: list[int],
-                 device: Any) -> Optional[dict[int, str]]:
+                 device: Any, on_compiled: Optional[Callable[[int], None]] = None) -> Optional[dict[int, str]]:
     """Stage 1: compile ``todo`` in forked workers; ``{i: reason}`` of failures, or None if the
-    stage itself could not finish (the caller then compiles everything in threads)."""
+    stage itself could not finish (the caller then compiles the rest in threads).
+
+    ``on_compiled(i)`` runs here, in the parent, as soon as a worker has compiled candidate ``i``.
+    """
     global _job
-    timeout = float(os.environ.get(PROCESS_TIMEOUT_ENV, "300"))
+    deadline = time.perf_counter() + float(os.environ.get(PROCESS_TIMEOUT_ENV, "300"))
     _job = (warm, args, meta, launch_kwargs, device)
     pool = None
     started = time.perf_counter()
+    results: dict = {}
     try:
         workers = min(len(todo), _workers(COMPILE_PROCESSES_ENV))
         with warnings.catch_warnings():
@@ -162,8 +182,12 @@ def in_processes(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[di
         forked = time.perf_counter() - started
         # Largest candidates first: they compile longest, and the small ones then fill the gaps.
         order = sorted(todo, key=lambda i: -_size(launch_kwargs[i]))
-        results = dict(zip(order, pool.map_async(_compile_in_worker, order, chunksize=1).get(timeout)))
-        results = [results[i] for i in todo]
+        arrivals = pool.imap_unordered(_compile_in_worker, order, chunksize=1)
+        for _ in order:
+            i, reason, begin, end = arrivals.next(max(0.0, deadline - time.perf_counter()))
+            results[i] = (reason, begin, end)
+            if reason is None and on_compiled is not None:
+                on_compiled(i)
     except Exception as exc:
         last["stage 1 ended"] = engine.describe(exc)
         return None
@@ -173,11 +197,12 @@ def in_processes(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[di
             pool.terminate()
             pool.join()
     # Where stage 1's time went (perf_counter is the same monotonic clock in every process).
-    wall = max(end for _, _, end in results) - started
-    busy = sum(end - begin for _, begin, end in results)
+    wall = max(end for _, _, end in results.values()) - started
+    busy = sum(end - begin for _, begin, end in results.values())
     last["workers"] = (f"{workers} forked in {forked:.2f}s, first compile began after "
-                       f"{min(begin for _, begin, _ in results) - started:.2f}s, {busy / (workers * wall):.0%} busy")
-    return {i: reason for i, (reason, _, _) in zip(todo, results) if reason is not None}
+                       f"{min(begin for _, begin, _ in results.values()) - started:.2f}s, "
+                       f"{busy / (workers * wall):.0%} busy")
+    return {i: reason for i, (reason, _, _) in results.items() if reason is not None}
 
 
 def _size(kwargs: dict) -> int:
@@ -188,7 +213,7 @@ def _size(kwargs: dict) -> int:
     return size
 
 
-def _compile_in_worker(i: int) -> tuple[Optional[str], float, float]:
+def _compile_in_worker(i: int) -> tuple[int, Optional[str], float, float]:
     """In a forked worker: compile candidate ``i`` into the disk cache without touching the GPU.
 
     Only ``warmup`` runs here, which needs the current device and stream but never launches; both
@@ -209,7 +234,7 @@ def _compile_in_worker(i: int) -> tuple[Optional[str], float, float]:
         reason = None
     except Exception as exc:
         reason = engine.describe(exc)
-    return reason, begin, time.perf_counter()
+    return i, reason, begin, time.perf_counter()
 
 
 def current_device() -> Any:
