@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 import time
 import warnings
 from collections import defaultdict
@@ -38,6 +39,7 @@ MIN_FOR_PROCESSES = 4
 last: dict = {}
 #: The work forked workers read (set just before the fork, so it needs no pickling).
 _job: Optional[tuple] = None
+_fork_lock = threading.Lock()
 
 
 def _workers(env: str) -> int:
@@ -168,6 +170,15 @@ def in_processes(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[di
 
     ``on_compiled(i)`` runs here, in the parent, as soon as a worker has compiled candidate ``i``.
     """
+    if not _fork_lock.acquire(blocking=False):  # another thread is in stage 1: use threads
+        return None
+    try:
+        return _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled)
+    finally:
+        _fork_lock.release()
+
+
+def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled):
     global _job
     deadline = time.perf_counter() + float(os.environ.get(PROCESS_TIMEOUT_ENV, "300"))
     _job = (warm, args, meta, launch_kwargs, device)
