@@ -73,6 +73,7 @@ def test_forked_stage_only_where_workers_share_triton_file_cache(monkeypatch):
     from triton_dist_plugin import _compat
 
     monkeypatch.setattr(_compat, "interpret", lambda: False)  # as on a GPU machine
+    monkeypatch.setattr(_compat, "IS_ASCEND", False)
     monkeypatch.delenv(precompile.COMPILE_PROCESSES_ENV, raising=False)
     monkeypatch.delenv("TRITON_CACHE_MANAGER", raising=False)
     monkeypatch.delenv("TRITON_ALWAYS_COMPILE", raising=False)
@@ -82,3 +83,18 @@ def test_forked_stage_only_where_workers_share_triton_file_cache(monkeypatch):
     monkeypatch.delenv("TRITON_ALWAYS_COMPILE")
     monkeypatch.setenv("TRITON_CACHE_MANAGER", "mypkg.cache:RedisCacheManager")
     assert not precompile.processes_usable()
+
+
+def test_forked_stage_is_opt_in_on_ascend(monkeypatch):
+    """triton-ascend's compiler has not been run in forked workers on an NPU host, so there the
+    stage waits for an explicit worker count (the NPU itself is not needed for this check)."""
+    from triton_dist_plugin import _compat
+
+    monkeypatch.setattr(_compat, "interpret", lambda: False)
+    monkeypatch.setattr(_compat, "IS_ASCEND", True)
+    monkeypatch.delenv(precompile.COMPILE_PROCESSES_ENV, raising=False)
+    monkeypatch.delenv("TRITON_CACHE_MANAGER", raising=False)
+    monkeypatch.delenv("TRITON_ALWAYS_COMPILE", raising=False)
+    assert not precompile.processes_usable()
+    monkeypatch.setenv(precompile.COMPILE_PROCESSES_ENV, "8")
+    assert precompile.processes_usable()

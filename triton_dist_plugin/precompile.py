@@ -148,6 +148,8 @@ def processes_usable() -> bool:
     """Stage 1 helps only if workers' compiles land where the parent will find them."""
     if _workers(COMPILE_PROCESSES_ENV) < 2 or _compat.interpret():
         return False
+    if _compat.IS_ASCEND and not os.environ.get(COMPILE_PROCESSES_ENV):
+        return False  # not yet run on an NPU host: opt in with a worker count
     if "fork" not in multiprocessing.get_all_start_methods():
         return False
     if os.environ.get("TRITON_CACHE_MANAGER") or _compat.env_flag("TRITON_ALWAYS_COMPILE"):
