@@ -82,17 +82,21 @@ class Screen:
 
     def narrow(self, timings: dict) -> list:
         """The ``final_count`` best of the second round (by its median)."""
-        valid = sorted((t[0], i, c) for i, (c, t) in enumerate(timings.items()) if math.isfinite(t[0]))
-        return [c for _, _, c in valid[: self.final_count]]
+        return [c for _, _, c in _ranked(timings)[: self.final_count]]
 
     def survivors(self, timings: dict) -> list:
-        valid = sorted((t[0], i, c) for i, (c, t) in enumerate(timings.items()) if math.isfinite(t[0]))
+        valid = _ranked(timings)
         if not valid:
             return []
         cap = max(self.keep_at_least, math.ceil(len(timings) * self.fraction))
         best = valid[0][0]
         near = [c for t, _, c in valid if t <= best * (1 + self.margin)]
         return near[:cap] if len(near) >= self.keep_at_least else [c for _, _, c in valid[: self.keep_at_least]]
+
+
+def _ranked(timings: dict) -> list:
+    """``(median, position, config)`` of the candidates with a finite time, fastest first."""
+    return sorted((t[0], i, c) for i, (c, t) in enumerate(timings.items()) if math.isfinite(t[0]))
 
 
 def _round(request, configs, calls, method, do_bench, n_warmup, n_repeat, group, on_candidate) -> tuple[dict, dict]:
@@ -128,8 +132,9 @@ def run_candidates(
     """Time the candidates, reduce over ``group``, pick the fastest; raise if none is valid.
 
     With ``screen``, every candidate first gets a short round, the survivors a longer one, and
-    only the best of those the full measurement (the pick is always among those measured fully). ``known_failures`` are
-    candidates already known not to work (a failed compile, a wrong result): never timed.
+    only the best of those the full measurement (the pick is always among those measured fully).
+    ``known_failures`` are candidates already known not to work (a failed compile, a wrong
+    result): never timed.
     """
     start = time.perf_counter()
     configs = list(configs)
