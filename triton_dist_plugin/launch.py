@@ -1,8 +1,9 @@
 """What the patched ``Autotuner`` does on a launch, on a miss, and when a subclass times.
 
 The cache-hit path is the hot path: compute the key (upstream's exact tuple), look it up, and
-launch with the config's keyword arguments merged once and kept (through ``direct`` on a GPU). No environment reads, no
-per-call dictionaries of every argument, and no writes to shared state except ``best_config``.
+launch with the config's keyword arguments merged once and kept (through ``direct`` on a GPU).
+No environment reads, no per-call dictionaries of every argument, and no writes to shared state
+except ``best_config``.
 
 On a miss, tuning runs under one process-wide lock with all per-call state held locally, so
 threads launching the same kernel with different keys never see each other's arguments
@@ -352,10 +353,8 @@ def _bench_and_record(instance, state, request, key, args, kwargs, nargs, config
         started = time.perf_counter()
         failed = precompile(instance, state, args, kwargs, configs) if request.device != "cpu" else {}
         if request.device != "cpu":
-            stages = ", ".join(f"{k} {v[0]} in {v[1]:.2f}s" if isinstance(v, tuple) else f"{k}: {v}"
-                               for k, v in _precompile.last.items())
             request.notes.append(f"compiled {len(configs)} candidates in {time.perf_counter() - started:.2f}s"
-                                 f" ({stages})")
+                                 f" ({_precompile.summary()})")
         if accuracy_check_enabled(instance):
             failed.update(check_accuracy(configs, make_call, nargs, failed))
         screen = engine.Screen() if os.environ.get(SEARCH_ENV, "halving") != "exhaustive" else None

@@ -5,11 +5,12 @@ Two stages, both optional:
 1. **Processes.** Much of Triton's compiler holds the GIL (code generation, Python passes), so
    threads overlap only partly. Forked workers compile the candidates into Triton's on-disk
    cache, one candidate per task, with no GPU call (the device is the parent's, known in
-   advance). Used on a GPU with Triton's default file cache, for 4 or more candidates, where
-   ``fork`` exists. It only fills the cache: any trouble (a worker failing or dying, the time
-   limit) leaves the work to stage 2.
-2. **Threads.** ``warmup`` for every candidate in the parent, in threads: after stage 1 these are
-   disk-cache hits; without it they are the compiles themselves.
+   advance); as each candidate arrives, the parent takes it from the disk cache and loads it.
+   Used on a GPU with Triton's default file cache, for 4 or more candidates, where ``fork``
+   exists. It only fills the cache: any trouble (a worker failing or dying, the time limit)
+   leaves the work to stage 2.
+2. **Threads.** ``warmup`` in the parent, in threads, for whatever stage 1 did not deliver (all
+   candidates when stage 1 does not run).
 
 Failures are recorded per candidate and never stop tuning. ``TRITON_AUTOTUNE_PARALLEL_COMPILE=0``
 turns both stages off (candidates compile when first timed);
@@ -60,16 +61,13 @@ def warm_all(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict],
         return {}
 
     def compile_one(i: int, load: bool = False) -> Optional[str]:
-        try:
-            kernel = warm(*args, **meta, **launch_kwargs[i])
-        except Exception as exc:
-            return engine.describe(exc)
-        if load:
+        kernel, reason = _warm_one(warm, args, meta, launch_kwargs[i])
+        if load and reason is None:
             try:
                 kernel.run  # noqa: B018 - Triton loads the module (and builds its launcher) on first access
             except Exception:
                 pass  # e.g. too much shared memory: the timing round records it
-        return None
+        return reason
 
     failed: dict[int, str] = {}
     last.clear()
@@ -107,6 +105,19 @@ def warm_all(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict],
                 failed[i] = reason
     last["threads"] = (len(rest), time.perf_counter() - started)
     return failed
+
+
+def _warm_one(warm: Callable, args: tuple, meta: dict, launch_kwargs: dict) -> tuple[Any, Optional[str]]:
+    """Compile one candidate: ``(kernel, None)``, or ``(None, reason)`` if it failed."""
+    try:
+        return warm(*args, **meta, **launch_kwargs), None
+    except Exception as exc:
+        return None, engine.describe(exc)
+
+
+def summary() -> str:
+    """The last ``warm_all``'s stages, for the tuning report's notes."""
+    return ", ".join(f"{k} {v[0]} in {v[1]:.2f}s" if isinstance(v, tuple) else f"{k}: {v}" for k, v in last.items())
 
 
 def caches_ready(warm: Callable, device: Any) -> bool:
@@ -242,11 +253,7 @@ def _compile_in_worker(i: int) -> tuple[int, Optional[str], float, float]:
     except Exception:  # no GPU driver (Triton 3.2 finds out only here): nothing to answer for
         pass
     begin = time.perf_counter()
-    try:
-        warm(*args, **meta, **launch_kwargs[i])
-        reason = None
-    except Exception as exc:
-        reason = engine.describe(exc)
+    _, reason = _warm_one(warm, args, meta, launch_kwargs[i])
     return i, reason, begin, time.perf_counter()
 
 
