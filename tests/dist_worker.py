@@ -59,6 +59,20 @@ def scenario_divergent_prune(rank, world, group):
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def scenario_divergent_space(rank, world, group):
+    # Same length, same retained positions, other values: rank 1 tunes another block size.
+    @autotune(config_space=[{"block": b} for b in ((64, 128, 256) if rank == 0 else (64, 128, 512))],
+              key_fn=lambda x: x)
+    def op(x, block):
+        return block
+
+    try:
+        op(1, autotune_pg=group)
+        return {"error": None}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def scenario_divergent_key(rank, world, group):
     op = sleepy(rank)
     try:

@@ -61,6 +61,11 @@ def test_divergent_pruning_is_a_clear_error_on_every_rank(tmp_path):
         assert "RankMismatch" in r["error"] and "retained candidates" in r["error"]
 
 
+def test_candidate_spaces_of_equal_length_but_other_values_are_a_clear_error(tmp_path):
+    for r in run_ranks("divergent_space", 2, tmp_path):
+        assert "RankMismatch" in r["error"] and "retained candidates" in r["error"]
+
+
 def test_divergent_keys_are_a_clear_error_on_every_rank(tmp_path):
     for r in run_ranks("divergent_key", 2, tmp_path):
         assert "RankMismatch" in r["error"] and "disagree on the key" in r["error"]

@@ -98,3 +98,57 @@ def test_forked_stage_is_opt_in_on_ascend(monkeypatch):
     assert not precompile.processes_usable()
     monkeypatch.setenv(precompile.COMPILE_PROCESSES_ENV, "8")
     assert precompile.processes_usable()
+
+
+class _Descriptor:
+    """A launch argument whose attributes the compiler reads, as a TMA ``TensorDescriptor``'s block shape."""
+
+    def __init__(self):
+        self.block_shape = [1, 1]
+
+
+def _shape_hook(nargs):
+    nargs["desc"].block_shape = [nargs["BM"], 8]
+
+
+def _warm_recording_shape(directory):
+    def warm(desc, *, BM, grid=None, **options):
+        with open(os.path.join(directory, f"{BM}.shape"), "w") as fh:
+            fh.write(f"{desc.block_shape[0]},{desc.block_shape[1]},{os.getpid()}")
+
+    return warm
+
+
+@pytest.mark.parametrize("stage", ["threads", "processes"])
+def test_each_candidate_compiles_on_the_arguments_its_config_pre_hook_shaped(tmp_path, stage):
+    import triton
+
+    configs = [triton.Config({"BM": bm}, pre_hook=_shape_hook) for bm in (16, 32, 64, 128)]
+    desc = _Descriptor()
+    meta = {"grid": (1,)}
+    kwargs_of = [{"BM": c.kwargs["BM"]} for c in configs]
+    inputs = precompile.hooked_inputs(configs, (desc,), meta, kwargs_of, ["desc"])
+    assert sorted(inputs) == [0, 1, 2, 3]
+    warm = _warm_recording_shape(tmp_path)
+    if stage == "threads":
+        failed = precompile.warm_all(warm, (desc,), meta, kwargs_of, device=None, inputs=inputs)
+    else:
+        failed = precompile.in_processes(warm, (desc,), meta, kwargs_of, [0, 1, 2, 3], device=0, inputs=inputs)
+    assert failed == {}
+    for bm in (16, 32, 64, 128):
+        rows, cols, pid = (tmp_path / f"{bm}.shape").read_text().split(",")
+        assert (int(rows), int(cols)) == (bm, 8)  # its own hook's shape, whatever ran concurrently
+        assert (int(pid) == os.getpid()) == (stage == "threads")
+    # The caller's own argument ends as the last hook left it, as a loop of upstream launches would.
+    assert desc.block_shape == [128, 8]
+
+
+def test_a_config_pre_hook_that_raises_leaves_its_candidate_on_the_shared_arguments(tmp_path):
+    import triton
+
+    def broken(nargs):
+        raise RuntimeError("hook failed")
+
+    configs = [triton.Config({"BM": 16}, pre_hook=broken), triton.Config({"BM": 32}, pre_hook=_shape_hook)]
+    inputs = precompile.hooked_inputs(configs, (_Descriptor(),), {}, [{"BM": 16}, {"BM": 32}], ["desc"])
+    assert sorted(inputs) == [1]

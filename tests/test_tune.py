@@ -80,8 +80,9 @@ def test_seed_example_tunes_once_returns_the_result_and_caches_on_disk(tunings, 
     scale(x, 2.5)
     assert len(tunings.records) == 1  # in-process hit
     (path,) = entries(cache_dir)
-    assert path.parent.name.startswith("test_tune.make_scale._locals_.scale-")
+    assert path.parent.name == "scale"  # <root>/<function_name>/, as the seed lays it out
     record = json.loads(path.read_text())
+    assert record["function"] == "test_tune.make_scale.<locals>.scale"
     assert record["key"] == repr(key) and record["pick"] in range(4)
     assert {"torch", "python"} <= record["versions"].keys()
     assert {"triton", "triton-ascend"} & record["versions"].keys()

@@ -87,32 +87,44 @@ def default_benchmarker():
     return driver.active.get_benchmarker()
 
 
-def active_device() -> str:
-    """``"cpu"`` under the interpreter, else the torch device type of the active Triton driver."""
+def active_device(required: bool = True) -> str:
+    """``"cpu"`` under the interpreter, else the torch device type of the active Triton driver.
+
+    With ``required=False`` a machine without a driver answers ``"cpu"`` instead of raising: a
+    tuner that brought its own ``do_bench`` needs no driver to tune, upstream or here.
+    """
     if interpret():
         return "cpu"
     from triton.runtime.driver import driver
 
-    backend = driver.active.get_current_target().backend
+    try:
+        backend = driver.active.get_current_target().backend
+    except RuntimeError:
+        if required:
+            raise
+        return "cpu"
     return {"cuda": "cuda", "hip": "cuda", "npu": "npu", "ascend": "npu"}.get(backend, backend)
 
 
-def _resource_errors() -> tuple[type[BaseException], ...]:
-    names = (
-        ("triton.runtime.errors", "OutOfResources"),
-        ("triton.runtime.errors", "PTXASError"),
-        ("triton.compiler.errors", "CompileTimeAssertionFailure"),
-        ("triton.compiler.errors", "CompilationError"),
-        ("triton.compiler.errors", "MLIRCompilationError"),
-    )
-    found = []
-    for module, name in names:
-        try:
-            found.append(getattr(importlib.import_module(module), name))
-        except (ImportError, AttributeError):
-            pass
-    return tuple(found)
+def _upstream_failed_config() -> tuple[type[BaseException], ...]:
+    """The exceptions this release's ``Autotuner._bench`` turns into an infinite timing (3.2:
+    ``OutOfResources`` and ``CompileTimeAssertionFailure``; 3.4+ adds ``PTXASError``). Anything else
+    upstream lets through; read from the autotuner module's own imports so each release says."""
+    names = ("OutOfResources", "CompileTimeAssertionFailure", "PTXASError")
+    found = (autotuner_module.__dict__.get(name) for name in names)
+    return tuple(t for t in found if isinstance(t, type) and issubclass(t, BaseException))
 
 
-#: Failures that mean "this candidate cannot run here" rather than "the user's code is broken".
-RESOURCE_ERRORS = _resource_errors()
+#: Failures upstream counts as "this config cannot run here" rather than "the user's code is broken".
+UPSTREAM_FAILED_CONFIG = _upstream_failed_config()
+
+
+def is_interpreted(fn) -> bool:
+    """True when ``fn`` (under any heuristics wrapper) runs on Triton's interpreter."""
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:
+        return False
+    while not isinstance(fn, InterpretedFunction) and hasattr(fn, "fn") and not inspect.isfunction(fn):
+        fn = fn.fn
+    return isinstance(fn, InterpretedFunction)

@@ -99,9 +99,8 @@ class Session:
                 index = entry.fallback()
 
     def _register(self, tuner, state, key, args, kwargs) -> Entry:
-        nargs = dict(zip(state.arg_names, args))
-        meta = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
-        request = TuningRequest(state.name, key, self.device, nargs, meta, autotuner=tuner, grid=kwargs.get("grid"))
+        nargs, _, named, meta = launch.split_launch(state, args, kwargs)
+        request = TuningRequest(state.name, key, self.device, named, meta, autotuner=tuner, grid=kwargs.get("grid"))
         tuner.nargs = nargs
         try:  # explicit configs through Triton's pruning, or generated ones for configs=[]
             configs = list(launch._candidates(tuner, state, request, kwargs))
@@ -116,8 +115,7 @@ class Session:
 
     def _run(self, entry: Entry, index: int, args: tuple, kwargs: dict, timed: bool):
         config = entry.configs[index]
-        nargs = dict(zip(entry.state.arg_names, args))
-        pre, post = launch._hooks(entry.tuner, nargs)
+        pre, post = launch._hooks(entry.tuner)
         call = launch._make_call_factory(entry.tuner, entry.state, args, kwargs, pre, post)(config)
         if not timed:
             return call()

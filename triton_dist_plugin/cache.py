@@ -181,9 +181,9 @@ def read_json(path: Path) -> Optional[dict]:
 class FunctionCache:
     """The cache directory of one tuned function."""
 
-    def __init__(self, name: str, source: str, hw: dict):
+    def __init__(self, name: str, source: str, hw: dict, directory: Optional[str] = None):
         self.name, self.source, self.hw = name, source, hw
-        self.dir = cache_root() / safe_name(name)
+        self.dir = cache_root() / safe_name(directory or name)
 
     def path(self, key: Any) -> Path:
         digest = hashlib.sha256(json.dumps([self.source, self.hw, repr(key)], sort_keys=True, default=str).encode())

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
-from . import bus
+from . import _compat, bus
 from .requests import INF3, CandidateRequest, TuningRecord, TuningRequest
 
 
@@ -32,12 +32,36 @@ class Outcome:
     timings: dict
     failures: dict
     bench_time: float
+    #: the candidates measured fully (the others' timings are from a screening round)
+    measured: list = field(default_factory=list)
 
 
-def describe(exc: BaseException) -> str:
+class Reason(str):
+    """A failed candidate's one-line reason; ``exc`` is the exception behind it, if any."""
+
+    exc: Optional[BaseException] = None
+
+
+def describe(exc: BaseException) -> Reason:
     """A one-line reason for a failed candidate: the exception type and its first line."""
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
+    reason = Reason(f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__)
+    reason.exc = exc
+    return reason
+
+
+def let_through(failures: dict) -> Optional[BaseException]:
+    """The first failure upstream's ``_bench`` would not have caught, or None.
+
+    Upstream times ``OutOfResources``-like failures as infinity and lets every other exception
+    out of tuning. Here one broken candidate never stops tuning; but when no candidate works and
+    one failed that way, that original exception is what the caller gets, as upstream.
+    """
+    for reason in failures.values():
+        exc = getattr(reason, "exc", None)
+        if exc is not None and not isinstance(exc, _compat.UPSTREAM_FAILED_CONFIG):
+            return exc
+    return None
 
 
 def time_one(cand: CandidateRequest, do_bench: Optional[Callable] = None) -> tuple[list[float], Optional[str]]:
@@ -128,13 +152,16 @@ def run_candidates(
     on_candidate: Optional[Callable[[Any, list, Optional[str]], None]] = None,
     screen: Optional[Screen] = None,
     known_failures: Optional[dict] = None,
+    upstream_errors: bool = False,
 ) -> Outcome:
     """Time the candidates, reduce over ``group``, pick the fastest; raise if none is valid.
 
     With ``screen``, every candidate first gets a short round, the survivors a longer one, and
     only the best of those the full measurement (the pick is always among those measured fully).
     ``known_failures`` are candidates already known not to work (a failed compile, a wrong
-    result): never timed.
+    result): never timed. With ``upstream_errors`` (the ``Autotuner`` front ends), a tuning in
+    which no candidate works raises the first failure upstream would have let through, if any
+    (see ``let_through``), rather than ``NoValidConfig``.
     """
     start = time.perf_counter()
     configs = list(configs)
@@ -179,9 +206,16 @@ def run_candidates(
     valid = {config: final[config] for config in finalists if math.isfinite(final[config][0])}
     if not valid:
         failures = {c: failures.get(c, "timed as infinity on another rank") for c in configs}
-        raise NoValidConfig(request.kernel_name, request.key, failures)
+        error = NoValidConfig(request.kernel_name, request.key, failures)
+        original = let_through(failures) if upstream_errors else None
+        if original is None:
+            raise error
+        if hasattr(original, "add_note"):
+            original.add_note(str(error))
+        raise original
     best = min(valid, key=valid.get)
-    return Outcome(best=best, timings=timings, failures=failures, bench_time=time.perf_counter() - start)
+    return Outcome(best=best, timings=timings, failures=failures, bench_time=time.perf_counter() - start,
+                   measured=list(finalists))
 
 
 def record(request: TuningRequest, outcome: Optional[Outcome], best: Any, timings: dict, *, method: str,

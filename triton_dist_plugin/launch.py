@@ -20,8 +20,9 @@ import weakref
 from typing import Any, Optional
 
 from . import _compat, bus, direct, distributed, engine, timing
+from . import batch as _batch
 from . import precompile as _precompile
-from .requests import TuningRequest
+from .requests import INF3, TuningRequest
 
 ACCURACY_ENV = "TRITON_DIST_AUTOTUNE_CHECK_ACCURACY"
 SEARCH_ENV = "TRITON_DIST_AUTOTUNE_SEARCH"  # "halving" (default) or "exhaustive"
@@ -59,7 +60,7 @@ class KernelState:
     """
 
     __slots__ = ("arg_names", "arg_set", "keys", "key_pos", "key_get", "min_args", "launch", "name", "fast",
-                 "cache_len", "generate", "hints", "crossed", "__weakref__")
+                 "cache_len", "generate", "hints", "crossed", "interpreted", "__weakref__")
 
     def __init__(self, tuner: Any):
         self.arg_names = list(tuner.arg_names)
@@ -74,6 +75,7 @@ class KernelState:
         self.fast: dict = {}
         self.cache_len = -1
         self.name = _compat.base_function(tuner.fn).__name__
+        self.interpreted = _compat.is_interpreted(tuner.fn)
         self.hints = tuner.__dict__.get("tdp_hints") or {}
         self.crossed = False
         flag = tuner.__dict__.get("tdp_generate")
@@ -112,9 +114,10 @@ class KernelState:
         entry = self.launch.get(id(config))
         if entry is None or entry[0] is not config:
             kwargs = config.all_kwargs()
-            if _compat.interpret():
+            if self.interpreted:
                 # Compile options (Triton 3.2's warp-spec fields, Ascend's multibuffer, ...) mean
-                # nothing to the interpreter, and older interpreters reject them.
+                # nothing to the interpreter: newer ones drop them, older ones reject them. Any
+                # other kernel object gets every keyword, as upstream passes them.
                 kwargs = {k: v for k, v in kwargs.items() if k in self.arg_set or k in _UPSTREAM_OPTIONS}
             entry = self.launch[id(config)] = (config, kwargs)
         return entry
@@ -218,21 +221,30 @@ def _fast_run(instance: Any, state: KernelState):
     return run
 
 
-def _hooks(instance: Any, nargs: dict):
-    """Thread-safe stand-ins for upstream's default reset/restore hooks (user hooks kept)."""
+def _hooks(instance: Any):
+    """Thread-safe stand-ins for upstream's default reset/restore hooks (user hooks kept).
+
+    As upstream's, they look names up in the whole launch (positional and keyword arguments),
+    zero ``reset_to_zero`` before every call and copy ``restore_value`` just before it (after the
+    config's own ``pre_hook``), restoring it after; the copies live in this tuning's closure rather
+    than on the shared ``Autotuner``.
+    """
     user_pre = getattr(instance, "user_defined_pre_hook", False)
     user_post = getattr(instance, "user_defined_post_hook", False)
-    zero = [n for n in getattr(instance, "reset_to_zero", []) if nargs.get(n) is not None]
-    saved = {} if user_pre else {
-        n: nargs[n].clone() for n in getattr(instance, "restore_value", []) if nargs.get(n) is not None
-    }
+    zero = list(getattr(instance, "reset_to_zero", None) or [])
+    restore = list(getattr(instance, "restore_value", None) or [])
+    saved: dict = {}
 
     def pre(full: dict, reset_only: bool = False) -> None:
         if user_pre:
             instance.pre_hook(full, reset_only=reset_only) if reset_only else instance.pre_hook(full)
             return
         for n in zero:
-            full[n].zero_()
+            if full.get(n) is not None:
+                full[n].zero_()
+        if not reset_only:
+            saved.clear()
+            saved.update((n, full[n].clone()) for n in restore if full.get(n) is not None)
 
     def post(full: dict, exception: Optional[BaseException]) -> None:
         if user_post:
@@ -240,6 +252,7 @@ def _hooks(instance: Any, nargs: dict):
             return
         for n, value in saved.items():
             full[n].copy_(value)
+        saved.clear()
 
     return pre, post
 
@@ -287,22 +300,32 @@ def tune(instance: Any, state: KernelState, key: tuple, args: tuple, kwargs: dic
         config = instance.cache.get(key)
         if config is not None:  # another thread finished it while we waited
             return config
-        nargs = dict(zip(state.arg_names, args))
-        meta = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
-        request = TuningRequest(state.name, key, _compat.active_device(), nargs, meta, autotuner=instance,
-                                grid=kwargs.get("grid"))
+        nargs, launch, named, meta = split_launch(state, args, kwargs)
+        device = _compat.active_device(required=user_do_bench(instance) is None)
+        request = TuningRequest(state.name, key, device, named, meta, autotuner=instance, grid=kwargs.get("grid"))
         previous, _current.request = getattr(_current, "request", None), request
         instance.nargs = nargs  # read by prune_configs and perf models, as upstream
         try:
             configs = _candidates(instance, state, request, kwargs)
-            _check_conflicts(state.name, meta, configs)
+            _check_conflicts(state.name, launch, configs)
             if len(configs) == 1:  # nothing to compare, as upstream
                 instance.cache[key] = configs[0]
                 return configs[0]
-            return _bench_and_record(instance, state, request, key, args, kwargs, nargs, configs)
+            return _bench_and_record(instance, state, request, key, args, kwargs, named, configs)
         finally:
             _current.request = previous
             instance.nargs = None
+
+
+def split_launch(state: KernelState, args: tuple, kwargs: dict) -> tuple[dict, dict, dict, dict]:
+    """A launch's arguments four ways: ``nargs`` (positional ones by name: upstream's
+    ``self.nargs``), ``launch`` (keywords but ``grid``/``warmup``), ``named`` (every kernel
+    argument, positional or keyword: what hooks and ``reset_to_zero``/``restore_value`` see) and
+    ``meta`` (keywords that are not kernel arguments)."""
+    nargs = dict(zip(state.arg_names, args))
+    launch = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
+    named = {**nargs, **{k: v for k, v in launch.items() if k in state.arg_set}}
+    return nargs, launch, named, {k: v for k, v in launch.items() if k not in state.arg_set}
 
 
 def _check_conflicts(name: str, meta: dict, configs: list) -> None:
@@ -339,9 +362,10 @@ def _config_list(value: Any) -> list:
     return list(value)
 
 
-def _bench_and_record(instance, state, request, key, args, kwargs, nargs, configs):
+def _bench_and_record(instance, state, request, key, args, kwargs, named, configs):
+    """Time ``configs`` (``named``: every kernel argument of the launch, by name) and keep the pick."""
     method = timing.resolve_method(request.device)
-    pre, post = _hooks(instance, nargs)
+    pre, post = _hooks(instance)
     make_call = _make_call_factory(instance, state, args, kwargs, pre, post)
     outcome = None
     group = distributed.kernel_group()
@@ -356,14 +380,14 @@ def _bench_and_record(instance, state, request, key, args, kwargs, nargs, config
             request.notes.append(f"compiled {len(configs)} candidates in {time.perf_counter() - started:.2f}s"
                                  f" ({_precompile.summary()})")
         if accuracy_check_enabled(instance):
-            failed.update(check_accuracy(configs, make_call, nargs, failed))
+            failed.update(check_accuracy(configs, make_call, named, failed))
         screen = engine.Screen() if os.environ.get(SEARCH_ENV, "halving") != "exhaustive" else None
         outcome = engine.run_candidates(request, configs, make_call, method=method, do_bench=user_do_bench(instance),
-                                        group=group, screen=screen, known_failures=failed)
+                                        group=group, screen=screen, known_failures=failed, upstream_errors=True)
         instance.bench_time = outcome.bench_time
         instance.configs_timings = outcome.timings
         instance.cache[key] = outcome.best
-        pre({**nargs, **kwargs, **state.launch_kwargs(outcome.best)}, reset_only=True)
+        pre({**named, **kwargs, **state.launch_kwargs(outcome.best)}, reset_only=True)
 
     cache_hit = False
     # Tuning together, a disk-cache hit on one rank and a miss on another would hang the others:
@@ -384,7 +408,7 @@ def _bench_and_record(instance, state, request, key, args, kwargs, nargs, config
 
 def precompile(instance: Any, state: KernelState, args: tuple, kwargs: dict, configs: list) -> dict:
     """Compile every candidate up front (``precompile.py``); ``{config: reason}`` for failures."""
-    return _precompile.precompile(instance.fn, args, kwargs, configs, state.launch_kwargs)
+    return _precompile.precompile(instance.fn, args, kwargs, configs, state.launch_kwargs, state.arg_names)
 
 
 def accuracy_check_enabled(instance: Any) -> bool:
@@ -401,12 +425,13 @@ def _tolerance(tensor: Any) -> tuple[float, float]:
     return 0.0, 0.0
 
 
-def check_accuracy(configs: list, make_call, nargs: dict, failed: dict) -> dict:
+def check_accuracy(configs: list, make_call, named: dict, failed: dict) -> dict:
     """Run every candidate once on the same inputs and compare every tensor argument (outputs and
-    anything mutated) with the first working candidate's; returns the ones that disagree."""
+    anything mutated; ``named`` holds them, positional and keyword) with the first working
+    candidate's; returns the ones that disagree."""
     import torch
 
-    tensors = {n: v for n, v in nargs.items() if isinstance(v, torch.Tensor)}
+    tensors = {n: v for n, v in named.items() if isinstance(v, torch.Tensor)}
     original = {n: v.clone() for n, v in tensors.items()}
     reference, ref_config, wrong = None, None, {}
     try:
@@ -451,29 +476,77 @@ def prune_wrapper(wrapped, instance, args, kwargs):
             "must return at least one config."
         )
     request = getattr(_current, "request", None)
-    if request is None or request.autotuner is not instance:
+    if request is None or request.autotuner is not instance:  # a subclass's own run() is tuning
         launch = args[0] if args else kwargs.get("kwargs", {})
-        request = TuningRequest(state.name, (), _compat.active_device(), dict(instance.nargs or {}), dict(launch),
-                                autotuner=instance)
+        request = TuningRequest(state.name, (), _compat.active_device(required=user_do_bench(instance) is None),
+                                dict(getattr(instance, "nargs", None) or {}), dict(launch), autotuner=instance)
+        configs = bus.prune(request, configs)
+        _batch.expect(instance, configs)
+        return configs
     return bus.prune(request, configs)
 
 
 def bench_wrapper(wrapped, instance, args, kwargs):
-    """Upstream's ``_bench`` with timing through the hook bus; failures time as infinity."""
+    """Upstream's ``_bench`` with timing through the hook bus; failures time as infinity.
+
+    Inside a subclass's own tuning loop (``batch.py``), the candidates it just pruned are
+    compiled in parallel and screened together on the first ``_bench``.
+    """
     meta = dict(kwargs)
     config = meta.pop("config")
     state = state_of(instance)
-    _check_conflicts(state.name, meta, [config])
-    # Upstream's own hooks, as its _bench calls them (the subclass owns this tuning loop).
-    call = _make_call_factory(instance, state, args, meta, lambda full: instance.pre_hook(full),
-                              lambda full, exc: instance.post_hook(full, exception=exc))(config)
-    device = _compat.active_device()
-    cand = engine.CandidateRequest(call=call, config=config, kernel_name=state.name, key=(), device=device,
-                                   method=timing.resolve_method(device))
+    _check_conflicts(state.name, {k: v for k, v in meta.items() if k not in ("grid", "warmup")}, [config])
+    found = _batch.answer(instance, config, args, meta, lambda configs: _subclass_round(instance, state, args,
+                                                                                          meta, configs))
+    if found is not None:
+        return found
+    device = _compat.active_device(required=user_do_bench(instance) is None)
+    cand = engine.CandidateRequest(call=_subclass_calls(instance, state, args, meta)(config), config=config,
+                                   kernel_name=state.name, key=(), device=device, method=timing.resolve_method(device))
     value, reason = engine.time_one(cand, user_do_bench(instance))
     if reason is not None:
         instance.__dict__.setdefault("tdp_failures", {})[config] = reason
     return value
+
+
+def _subclass_calls(instance: Any, state: KernelState, args: tuple, meta: dict):
+    # Upstream's own hooks, as its _bench calls them (the subclass owns this tuning loop).
+    return _make_call_factory(instance, state, args, meta, lambda full: instance.pre_hook(full),
+                              lambda full, exc: instance.post_hook(full, exception=exc))
+
+
+def _subclass_round(instance: Any, state: KernelState, args: tuple, meta: dict, configs: list) -> dict:
+    """Compile ``configs`` in parallel, screen and time them: ``{config: timing}`` for a subclass."""
+    device = _compat.active_device(required=user_do_bench(instance) is None)
+    _, launch, named, rest = split_launch(state, args, meta)
+    request = TuningRequest(state.name, state.key(args, launch), device, named, rest, autotuner=instance,
+                            grid=meta.get("grid"))
+    method = timing.resolve_method(device)
+    make_call = _subclass_calls(instance, state, args, meta)
+    started = time.perf_counter()
+    failed = precompile(instance, state, args, meta, configs) if device != "cpu" else {}
+    if device != "cpu":
+        request.notes.append(f"compiled {len(configs)} candidates in {time.perf_counter() - started:.2f}s"
+                             f" ({_precompile.summary()})")
+    screen = engine.Screen() if os.environ.get(SEARCH_ENV, "halving") != "exhaustive" else None
+    do_bench = user_do_bench(instance)
+
+    def measure(candidates: list, **options):
+        try:
+            return engine.run_candidates(request, candidates, make_call, method=method, do_bench=do_bench,
+                                         known_failures={c: r for c, r in failed.items() if c in candidates},
+                                         upstream_errors=True, **options)
+        except engine.NoValidConfig as exc:  # every one failed: the subclass's loop decides, as upstream
+            return engine.Outcome(best=None, timings={c: list(INF3) for c in candidates}, failures=exc.failures,
+                                  bench_time=time.perf_counter() - started)
+
+    outcome = measure(configs, screen=screen)
+    timings = _batch.settle(outcome.timings, set(outcome.measured), lambda under: measure(under).timings)
+    for config, reason in outcome.failures.items():
+        instance.__dict__.setdefault("tdp_failures", {})[config] = reason
+    best = min(timings, key=lambda c: timings[c][0])
+    engine.record(request, outcome, best, timings, method=method, cache_hit=False)
+    return timings
 
 
 # -------------------------------------------------------------------------------------------

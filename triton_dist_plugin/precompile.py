@@ -19,6 +19,7 @@ turns both stages off (candidates compile when first timed);
 
 from __future__ import annotations
 
+import copy
 import multiprocessing
 import os
 import threading
@@ -51,17 +52,20 @@ def _workers(env: str) -> int:
         raise ValueError(f"{env}={value!r} is not a whole number; unset it or give a count such as 8") from None
 
 
-def warm_all(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict], device: Any = None) -> dict[int, str]:
+def warm_all(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict], device: Any = None,
+             inputs: Optional[dict] = None) -> dict[int, str]:
     """Compile candidate ``i`` as ``warm(*args, **meta, **launch_kwargs[i])`` for every ``i``.
 
-    ``device`` is the parent's current device for stage 1 (``None`` skips it). Returns
+    ``device`` is the parent's current device for stage 1 (``None`` skips it). ``inputs`` gives
+    some candidates their own ``(args, meta)`` (those shaped by a config ``pre_hook``). Returns
     ``{i: reason}`` for the candidates that failed.
     """
+    inputs = inputs or {}
     if os.environ.get(PARALLEL_COMPILE_ENV, "1") == "0" or len(launch_kwargs) < 2:
         return {}
 
     def compile_one(i: int, load: bool = False) -> Optional[str]:
-        kernel, reason = _warm_one(warm, args, meta, launch_kwargs[i])
+        kernel, reason = _warm_one(warm, *inputs.get(i, (args, meta)), launch_kwargs[i])
         if load and reason is None:
             try:
                 kernel.run  # noqa: B018 - Triton loads the module (and builds its launcher) on first access
@@ -95,7 +99,7 @@ def warm_all(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict],
 
         # A worker's failure is not the candidate's verdict (the worker may lack something the
         # parent has); the thread stage below compiles it again and records its own reason.
-        done = in_processes(warm, args, meta, launch_kwargs, rest, device, on_compiled=load)
+        done = in_processes(warm, args, meta, launch_kwargs, rest, device, on_compiled=load, inputs=inputs)
         last["processes"] = (len(rest) - len(done) if done is not None else 0, time.perf_counter() - started)
         rest = [i for i in rest if i not in loaded]
     started = time.perf_counter()
@@ -177,24 +181,27 @@ def processes_usable() -> bool:
 
 
 def in_processes(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict], todo: list[int],
-                 device: Any, on_compiled: Optional[Callable[[int], None]] = None) -> Optional[dict[int, str]]:
+                 device: Any, on_compiled: Optional[Callable[[int], None]] = None,
+                 inputs: Optional[dict] = None) -> Optional[dict[int, str]]:
     """Stage 1: compile ``todo`` in forked workers; ``{i: reason}`` of failures, or None if the
     stage itself could not finish (the caller then compiles the rest in threads).
 
     ``on_compiled(i)`` runs here, in the parent, as soon as a worker has compiled candidate ``i``.
+    ``inputs`` maps a candidate to its own ``(args, meta)`` (see ``hooked_inputs``).
     """
+    inputs = inputs or {}
     if not _fork_lock.acquire(blocking=False):  # another thread is in stage 1: use threads
         return None
     try:
-        return _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled)
+        return _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, inputs)
     finally:
         _fork_lock.release()
 
 
-def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled):
+def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, inputs):
     global _job
     deadline = time.perf_counter() + float(os.environ.get(PROCESS_TIMEOUT_ENV, "300"))
-    _job = (warm, args, meta, launch_kwargs, device)
+    _job = (warm, args, meta, launch_kwargs, device, inputs)
     pool = None
     started = time.perf_counter()
     results: dict = {}
@@ -243,7 +250,7 @@ def _compile_in_worker(i: int) -> tuple[int, Optional[str], float, float]:
     Only ``warmup`` runs here, which needs the current device and stream but never launches; both
     are answered from the parent's values, since CUDA cannot be used again after a fork.
     """
-    warm, args, meta, launch_kwargs, device = _job  # type: ignore[misc]
+    warm, args, meta, launch_kwargs, device, inputs = _job  # type: ignore[misc]
     try:
         from triton.runtime.driver import driver
 
@@ -253,8 +260,10 @@ def _compile_in_worker(i: int) -> tuple[int, Optional[str], float, float]:
     except Exception:  # no GPU driver (Triton 3.2 finds out only here): nothing to answer for
         pass
     begin = time.perf_counter()
+    args, meta = inputs.get(i, (args, meta))
     _, reason = _warm_one(warm, args, meta, launch_kwargs[i])
-    return i, reason, begin, time.perf_counter()
+    # Plain text: the exception itself may not pickle, and the parent re-checks failures anyway.
+    return i, None if reason is None else str(reason), begin, time.perf_counter()
 
 
 def current_device() -> Any:
@@ -269,12 +278,58 @@ def current_device() -> Any:
         return None
 
 
-def precompile(fn: Any, args: tuple, kwargs: dict, configs: list, launch_kwargs: Callable[[Any], dict]) -> dict:
+def precompile(fn: Any, args: tuple, kwargs: dict, configs: list, launch_kwargs: Callable[[Any], dict],
+               arg_names: Optional[list] = None) -> dict:
     """Compile ``configs`` of ``fn`` for a launch with ``args`` and ``kwargs``; ``{config: reason}``
     for those that failed."""
     warm = getattr(fn, "warmup", None)
     if warm is None:
         return {}
     meta = {k: v for k, v in kwargs.items() if k != "warmup"}
-    failed = warm_all(warm, args, meta, [launch_kwargs(c) for c in configs], current_device())
+    kwargs_of = [launch_kwargs(c) for c in configs]
+    inputs = hooked_inputs(configs, args, meta, kwargs_of, arg_names or [])
+    failed = warm_all(warm, args, meta, kwargs_of, current_device(), inputs)
     return {configs[i]: reason for i, reason in failed.items()}
+
+
+def hooked_inputs(configs: list, args: tuple, meta: dict, kwargs_of: list[dict], arg_names: list) -> dict:
+    """``{i: (args, meta)}``: each config with a ``pre_hook``, compiled on the arguments its hook shapes.
+
+    A config's ``pre_hook`` runs before each of its launches and may change what the compiler
+    sees (Liger-Kernel's set a TMA ``TensorDescriptor``'s block shape). Each hook runs here, in
+    this thread, one config at a time, on the launch's own arguments, as upstream runs it before
+    the launch that compiles; then a snapshot of the arguments it may have changed (copies of
+    every non-tensor object, tensors shared) is what that candidate compiles with, so the
+    compiles themselves still run in parallel. A hook that raises leaves its candidate on the
+    shared arguments; its timed launch runs the hook again and reports the failure.
+    """
+    inputs: dict = {}
+    named = dict(zip(arg_names, args))
+    for i, config in enumerate(configs):
+        hook = getattr(config, "pre_hook", None)
+        if hook is None:
+            continue
+        try:
+            hook({**named, **meta, "warmup": False, **kwargs_of[i]})
+        except Exception:
+            continue
+        inputs[i] = (tuple(_snapshot(a) for a in args),
+                     {k: (_snapshot(v) if k in named or k in arg_names else v) for k, v in meta.items()})
+    return inputs
+
+
+def _snapshot(value: Any) -> Any:
+    """A copy of a launch argument as it is now: objects copied (their list attributes too),
+    tensors and plain values shared."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)) or hasattr(value, "data_ptr"):
+        return value
+    try:
+        clone = copy.copy(value)
+    except Exception:
+        return value
+    attrs = getattr(clone, "__dict__", None)
+    if isinstance(attrs, dict):
+        for name, attr in list(attrs.items()):
+            if isinstance(attr, (list, dict)):
+                attrs[name] = copy.copy(attr)
+    return clone

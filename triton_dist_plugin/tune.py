@@ -111,7 +111,9 @@ class AutoTuner:
             world, rank = dist.get_world_size(group), dist.get_rank(group)
         if self._source is None:
             self._source = cache.source_digest(self.fn)
-        store = cache.FunctionCache(self.name, self._source, cache.hardware(device, world))
+        # One directory per function name, as the seed API lays it out; same-named functions stay
+        # apart through the source digest in each file's key.
+        store = cache.FunctionCache(self.name, self._source, cache.hardware(device, world), self.fn.__name__)
         reprs = [cache.describe(c) for c in self.config_space]
         retained = [i for i, c in enumerate(self.config_space) if self.prune_fn is None or
                     self.prune_fn(c, *args, **kwargs)]
@@ -121,7 +123,8 @@ class AutoTuner:
         record = store.load(key, reprs)
         cached = record["pick"] if record is not None and record["pick"] in retained else None
         if group is not None:
-            cached = distributed.agree(group, self.name, key, retained, cached)
+            # The candidates themselves, not their positions: equal-length spaces with other values differ.
+            cached = distributed.agree(group, self.name, key, [reprs[i] for i in retained], cached)
         logger = _logger(verbose and rank == 0)
         if cached is not None:
             logger.info("%s: key %r found in the cache: %s", self.name, key, reprs[cached])

@@ -1,0 +1,162 @@
+"""Tuner subclasses with their own ``run()``: their loop over ``_bench`` gets one engine run.
+
+Each subclass here is written the way a real library writes its own: FlagGems' ``LibTuner``
+(prunes, then hands a ``bench(config)`` function to a policy), Triton-Ascend's
+``AutoTilingTuner`` (``keys`` maps axes to arguments, generates its configs, prunes, then times
+them in a dict comprehension) and flash-linear-attention's ``CachedAutotuner`` (its ``run()``
+calls ``super().run()``). Kernels run on the interpreter; there is nothing to compile there, so
+what is shown is the batching, the screening and upstream's semantics inside the loop.
+"""
+
+import builtins
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from helpers import DEVICE, Recorder
+
+from triton_dist_plugin import _compat
+
+BLOCKS = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
+
+
+@triton.jit
+def _inc(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(x + offs, tl.load(x + offs, mask=mask) + 1.0, mask=mask)
+    tl.atomic_add(out + offs, tl.load(x + offs, mask=mask), mask=mask)
+
+
+def _configs():
+    return [triton.Config({"BLOCK": b}) for b in BLOCKS]
+
+
+class LibTunerLike(_compat.Autotuner):
+    """FlagGems 5.0's shape: prune, then a policy calls ``bench(config)`` for each survivor."""
+
+    def run(self, *args, **kwargs):
+        self.nargs = dict(zip(self.arg_names, args))
+        named = {**self.nargs, **kwargs}
+        key = tuple(named[k] for k in self.keys)
+        if key not in self.cache:
+            pruned = self.prune_configs(kwargs)
+
+            def bench(config):
+                return self._bench(*args, config=config, **kwargs)
+
+            timings = {config: bench(config) for config in pruned}
+            self.cache[key] = builtins.min(timings, key=timings.get)
+            self.pre_hook({**self.nargs, **kwargs, **self.cache[key].all_kwargs()}, reset_only=True)
+            self.configs_timings = timings
+        config = self.cache[key]
+        self.best_config = config
+        return self.fn.run(*args, **kwargs, **config.all_kwargs())
+
+
+class AutoTilingLike(_compat.Autotuner):
+    """Triton-Ascend 3.2's shape: ``keys`` maps an axis to an argument; configs made per key."""
+
+    def run(self, *args, **kwargs):
+        self.nargs = dict(zip(self.arg_names, args))
+        named = {**self.nargs, **kwargs}
+        key = tuple(named[v] for v in self.keys.values())
+        if key not in self.cache:
+            self.configs = _configs()
+            pruned = self.prune_configs(kwargs)
+            timings = {config: self._bench(*args, config=config, **kwargs) for config in pruned}
+            self.cache[key] = builtins.min(timings, key=timings.get)
+            self.pre_hook({**self.nargs, **kwargs, **self.cache[key].all_kwargs()}, reset_only=True)
+            self.configs_timings = timings
+        config = self.cache[key]
+        self.best_config = config
+        return self.fn.run(*args, **kwargs, **config.all_kwargs())
+
+
+class CachedLike(_compat.Autotuner):
+    """flash-linear-attention's shape: bookkeeping around ``super().run()``."""
+
+    def run(self, *args, **kwargs):
+        self.calls = getattr(self, "calls", 0) + 1
+        return super().run(*args, **kwargs)
+
+
+def _make(cls, **extra):
+    keys = {"n": "n"} if cls is AutoTilingLike else ["n"]
+    return cls(_inc, _inc.arg_names, _configs(), keys, ["out"], ["x"], **extra)
+
+
+def _launch(kernel, by, n=300):
+    x = torch.zeros(n, device=DEVICE)
+    out = torch.zeros(n, device=DEVICE)
+    grid = lambda meta: (triton.cdiv(n, meta["BLOCK"]),)  # noqa: E731
+    if by == "position":
+        kernel[grid](x, out, n)
+    else:
+        kernel[grid](x=x, out=out, n=n)
+    return x, out
+
+
+@pytest.fixture
+def recorder(plugins):
+    rec = Recorder()
+    plugins(rec)
+    return rec
+
+
+@pytest.mark.parametrize("by", ["position", "keyword"])
+@pytest.mark.parametrize("cls", [LibTunerLike, AutoTilingLike, CachedLike])
+def test_subclass_loop_is_one_screened_run_with_upstream_semantics(cls, by, recorder):
+    kernel = _make(cls)
+    x, out = _launch(kernel, by)
+    # reset_to_zero and restore_value held across every timed call: one launch's effect only.
+    assert torch.equal(x, torch.ones_like(x)) and torch.equal(out, torch.ones_like(out))
+    (record,) = recorder.records
+    assert record.autotuner is kernel
+    assert any(note.startswith("screened 10 candidates") for note in record.notes)
+    # Only the screening survivors ran the full measurement; every candidate was still timed.
+    full = [r for r in recorder.timed if r.n_repeat is None]
+    assert 1 <= len({id(r.config) for r in full}) < len(BLOCKS)
+    assert {id(r.config) for r in recorder.timed} == {id(c) for c in kernel.configs}
+    assert kernel.best_config is record.best_config
+    if cls is not CachedLike:
+        assert set(kernel.configs_timings) == set(kernel.configs)
+        assert all(len(t) == 3 for t in kernel.configs_timings.values())
+        # The subclass's own min lands on a fully measured candidate.
+        assert id(kernel.best_config) in {id(r.config) for r in full}
+    # A hit launches without tuning again.
+    x, out = _launch(kernel, by)
+    assert len(recorder.records) == 1 and torch.equal(out, torch.ones_like(out))
+
+
+def test_a_bench_outside_a_pruned_loop_is_timed_alone(recorder):
+    kernel = _make(LibTunerLike)
+    x = torch.zeros(300, device=DEVICE)
+    out = torch.zeros(300, device=DEVICE)
+    config = kernel.configs[3]
+    timing = kernel._bench(x, out, 300, config=config, grid=(triton.cdiv(300, 128),), warmup=False)
+    assert len(timing) == 3 and all(t > 0 for t in timing)
+    assert [id(r.config) for r in recorder.timed] == [id(config)]
+    assert recorder.records == []  # no engine run: nothing to batch
+
+
+def test_other_arguments_in_the_loop_end_the_batch(recorder):
+    kernel = _make(LibTunerLike)
+    x = torch.zeros(300, device=DEVICE)
+    out = torch.zeros(300, device=DEVICE)
+    pruned = kernel.prune_configs({})
+    kernel._bench(x, out, 300, config=pruned[0], grid=(3,), warmup=False)
+    assert len(recorder.records) == 1  # the batch ran
+    timed = len(recorder.timed)
+    other = torch.zeros(300, device=DEVICE)
+    kernel._bench(other, out, 300, config=pruned[1], grid=(3,), warmup=False)
+    assert len(recorder.timed) == timed + 1  # another launch: timed alone, on its own tensors
+
+
+def test_parallel_compile_off_times_each_candidate_alone(recorder, monkeypatch):
+    monkeypatch.setenv("TRITON_AUTOTUNE_PARALLEL_COMPILE", "0")
+    kernel = _make(LibTunerLike)
+    x, out = _launch(kernel, "position")
+    assert torch.equal(out, torch.ones_like(out))
+    assert recorder.records == [] and len(recorder.timed) == len(BLOCKS)
