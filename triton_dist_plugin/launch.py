@@ -177,6 +177,8 @@ def run_wrapper(wrapped, instance, args, kwargs):
             state.fast[state.key_get(args)] = state.hit(config, instance.fn)
     else:
         config = instance.configs[0]
+        if "nargs" not in instance.__dict__:
+            instance.nargs = None  # upstream sets it during every run and leaves None
     instance.best_config = config
     meta = state.launch_kwargs(config)
     if wrapped is not None and "run" not in instance.__dict__ and _plain_run(instance):
@@ -280,10 +282,17 @@ def _make_call_factory(instance: Any, state: KernelState, args: tuple, kwargs: d
 
 
 def user_do_bench(instance: Any):
-    """The kernel's own ``do_bench=`` (it wins over every hook), or None."""
+    """The kernel's own ``do_bench=`` (it wins over every hook), or None.
+
+    The benchmarker upstream builds from the deprecated ``warmup=``/``rep=``/``use_cuda_graph=``
+    counts as the kernel's own on a device; under the interpreter, where it would ask for a
+    driver that does not exist, the plugin's own timing stands in.
+    """
+    bench = instance.__dict__.get("_do_bench" if _compat.LAZY_BENCH else "do_bench")
+    if bench is not None and _compat.interpret() and getattr(bench, "__module__", None) == _compat.Autotuner.__module__:
+        return None
     if _compat.LAZY_BENCH:
-        return instance.__dict__.get("_do_bench")
-    bench = instance.__dict__.get("do_bench")
+        return bench
     if bench is None or isinstance(bench, HookBench) or bench is _eager_marker:
         return None
     try:
@@ -379,15 +388,17 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
         if request.device != "cpu":
             request.notes.append(f"compiled {len(configs)} candidates in {time.perf_counter() - started:.2f}s"
                                  f" ({_precompile.summary()})")
-        if accuracy_check_enabled(instance):
-            failed.update(check_accuracy(configs, make_call, named, failed))
+        # A candidate that failed to compile is still launched and timed, as upstream does: its
+        # hooks and the kernel's own do_bench see the failure (a post_hook gets the exception).
+        wrong = check_accuracy(configs, make_call, named, failed) if accuracy_check_enabled(instance) else {}
         screen = engine.Screen() if os.environ.get(SEARCH_ENV, "halving") != "exhaustive" else None
         outcome = engine.run_candidates(request, configs, make_call, method=method, do_bench=user_do_bench(instance),
-                                        group=group, screen=screen, known_failures=failed, upstream_errors=True)
+                                        group=group, screen=screen, known_failures=wrong, upstream_errors=True)
         instance.bench_time = outcome.bench_time
-        instance.configs_timings = outcome.timings
+        instance.configs_timings = {c: engine.raw(t) for c, t in outcome.timings.items()}
         instance.cache[key] = outcome.best
-        pre({**named, **kwargs, **state.launch_kwargs(outcome.best)}, reset_only=True)
+        # Upstream's own dict, in its order: positional arguments, launch keywords, the pick's.
+        pre({**dict(zip(state.arg_names, args)), **kwargs, **state.launch_kwargs(outcome.best)}, reset_only=True)
 
     cache_hit = False
     # Tuning together, a disk-cache hit on one rank and a miss on another would hang the others:
@@ -506,7 +517,7 @@ def bench_wrapper(wrapped, instance, args, kwargs):
     value, reason = engine.time_one(cand, user_do_bench(instance))
     if reason is not None:
         instance.__dict__.setdefault("tdp_failures", {})[config] = reason
-    return value
+    return engine.raw(value)
 
 
 def _subclass_calls(instance: Any, state: KernelState, args: tuple, meta: dict):
@@ -524,8 +535,8 @@ def _subclass_round(instance: Any, state: KernelState, args: tuple, meta: dict, 
     method = timing.resolve_method(device)
     make_call = _subclass_calls(instance, state, args, meta)
     started = time.perf_counter()
-    failed = precompile(instance, state, args, meta, configs) if device != "cpu" else {}
     if device != "cpu":
+        precompile(instance, state, args, meta, configs)  # failures show again when timed, as upstream
         request.notes.append(f"compiled {len(configs)} candidates in {time.perf_counter() - started:.2f}s"
                              f" ({_precompile.summary()})")
     screen = engine.Screen() if os.environ.get(SEARCH_ENV, "halving") != "exhaustive" else None
@@ -534,7 +545,6 @@ def _subclass_round(instance: Any, state: KernelState, args: tuple, meta: dict, 
     def measure(candidates: list, **options):
         try:
             return engine.run_candidates(request, candidates, make_call, method=method, do_bench=do_bench,
-                                         known_failures={c: r for c, r in failed.items() if c in candidates},
                                          upstream_errors=True, **options)
         except engine.NoValidConfig as exc:  # every one failed: the subclass's loop decides, as upstream
             return engine.Outcome(best=None, timings={c: list(INF3) for c in candidates}, failures=exc.failures,
@@ -546,7 +556,7 @@ def _subclass_round(instance: Any, state: KernelState, args: tuple, meta: dict, 
         instance.__dict__.setdefault("tdp_failures", {})[config] = reason
     best = min(timings, key=lambda c: timings[c][0])
     engine.record(request, outcome, best, timings, method=method, cache_hit=False)
-    return timings
+    return {c: engine.raw(t) for c, t in timings.items()}
 
 
 # -------------------------------------------------------------------------------------------
