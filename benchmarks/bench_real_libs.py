@@ -775,7 +775,9 @@ def child(args: argparse.Namespace) -> None:
                 @triton_dist_plugin.hookimpl
                 def tdp_on_tuned(self, record):
                     notes.append({"kernel": record.kernel_name, "bench_s": record.bench_time,
-                                  "n": len(record.timings), "failed": len(record.failures), "notes": record.notes})
+                                  "n": len(record.timings), "failed": len(record.failures), "notes": record.notes,
+                                  "pick": str(record.best_config),
+                                  "timings": {str(c): list(t) for c, t in record.timings.items()}})
 
             triton_dist_plugin.register(Notes())
 
@@ -1096,7 +1098,8 @@ def driver(args: argparse.Namespace) -> None:
     notes = findings(report, modes)
     children = [{"mode": r.mode, "rep": r.rep, "rc": r.rc, "wall_s": r.wall_s, "error": r.error,
                  **{k: r.data.get(k) for k in ("warm_up_s", "import_plugin_s", "import_libs_s", "plugin_active",
-                                               "import_errors", "versions", "child_s")}} for r in runs]
+                                               "import_errors", "versions", "child_s", "tuning_notes")}}
+                for r in runs]
     wrong_state = [f"{c['mode']} r{c['rep']}" for c in children
                    if c["plugin_active"] is not None and c["plugin_active"] != (c["mode"] != "disabled")]
     if wrong_state:

@@ -33,6 +33,13 @@ def _configs():
     return [triton.Config({"BLOCK": b}) for b in BLOCKS]
 
 
+def _options(config):
+    """``config.all_kwargs()`` as the libraries pass it, less what Triton 3.2's interpreter rejects
+    (its Config carries warp-specialisation fields that only its compiler knows)."""
+    keep = set(_inc.arg_names) | {"num_warps", "num_stages", "num_ctas", "maxnreg"}
+    return {k: v for k, v in config.all_kwargs().items() if DEVICE != "cpu" or k in keep}
+
+
 class LibTunerLike(_compat.Autotuner):
     """FlagGems 5.0's shape: prune, then a policy calls ``bench(config)`` for each survivor."""
 
@@ -52,7 +59,7 @@ class LibTunerLike(_compat.Autotuner):
             self.configs_timings = timings
         config = self.cache[key]
         self.best_config = config
-        return self.fn.run(*args, **kwargs, **config.all_kwargs())
+        return self.fn.run(*args, **kwargs, **_options(config))
 
 
 class AutoTilingLike(_compat.Autotuner):
@@ -71,7 +78,7 @@ class AutoTilingLike(_compat.Autotuner):
             self.configs_timings = timings
         config = self.cache[key]
         self.best_config = config
-        return self.fn.run(*args, **kwargs, **config.all_kwargs())
+        return self.fn.run(*args, **kwargs, **_options(config))
 
 
 class CachedLike(_compat.Autotuner):

@@ -6,7 +6,7 @@ Two stages, both optional:
    threads overlap only partly. Forked workers compile the candidates into Triton's on-disk
    cache, one candidate per task, with no GPU call (the device is the parent's, known in
    advance); as each candidate arrives, the parent takes it from the disk cache and loads it.
-   Used on a GPU with Triton's default file cache, for 4 or more candidates, where ``fork``
+   Used on a GPU with Triton's default file cache, for 2 or more candidates, where ``fork``
    exists. It only fills the cache: any trouble (a worker failing or dying, the time limit)
    leaves the work to stage 2.
 2. **Threads.** ``warmup`` in the parent, in threads, for whatever stage 1 did not deliver (all
@@ -35,7 +35,7 @@ PARALLEL_COMPILE_ENV = "TRITON_AUTOTUNE_PARALLEL_COMPILE"
 COMPILE_WORKERS_ENV = "TRITON_DIST_AUTOTUNE_COMPILE_WORKERS"  # threads (default: CPUs)
 COMPILE_PROCESSES_ENV = "TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES"  # forked workers (default: CPUs; 0: off)
 PROCESS_TIMEOUT_ENV = "TRITON_DIST_AUTOTUNE_COMPILE_TIMEOUT"  # seconds for stage 1 (default 300)
-MIN_FOR_PROCESSES = 4
+MIN_FOR_PROCESSES = 2  # threads hardly overlap Triton's compiles (the GIL), even for two
 
 #: How the last ``warm_all`` went: stage -> (candidates, seconds), and why stage 1 ended early.
 last: dict = {}
