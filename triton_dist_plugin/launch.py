@@ -288,19 +288,22 @@ def user_do_bench(instance: Any):
     counts as the kernel's own on a device; under the interpreter, where it would ask for a
     driver that does not exist, the plugin's own timing stands in.
     """
-    bench = instance.__dict__.get("_do_bench" if _compat.LAZY_BENCH else "do_bench")
+    # ``tuner.do_bench = f`` (allowed upstream: 3.4+'s ``do_bench`` is a cached property, 3.2's an
+    # attribute) wins over ``do_bench=`` given at construction, as an instance attribute does there.
+    bench = instance.__dict__.get("do_bench")
+    if bench is None or isinstance(bench, HookBench) or bench is _eager_marker or _is_default(bench):
+        bench = instance.__dict__.get("_do_bench") if _compat.LAZY_BENCH else None
     if bench is not None and _compat.interpret() and getattr(bench, "__module__", None) == _compat.Autotuner.__module__:
         return None
-    if _compat.LAZY_BENCH:
-        return bench
-    if bench is None or isinstance(bench, HookBench) or bench is _eager_marker:
-        return None
-    try:
-        if bench is _compat.default_benchmarker():  # resolved eagerly before the plugin was active
-            return None
-    except Exception:
-        pass
     return bench
+
+
+def _is_default(bench: Any) -> bool:
+    """The driver's own benchmarker, resolved (and kept) before the plugin was active."""
+    try:
+        return bench is _compat.default_benchmarker()
+    except Exception:
+        return False
 
 
 def tune(instance: Any, state: KernelState, key: tuple, args: tuple, kwargs: dict):
@@ -592,9 +595,19 @@ def _eager_marker(kernel_call, quantiles=(0.5, 0.2, 0.8), **kwargs):
     return HookBench(None)(kernel_call, quantiles=quantiles, **kwargs)
 
 
-def do_bench_property(self):
-    """Replaces 3.4+'s ``do_bench`` cached property while active."""
-    return self._do_bench if self._do_bench is not None else HookBench(self)
+class DoBench:
+    """Replaces 3.4+'s ``do_bench`` cached property while active: the kernel's own benchmarker,
+    else one that times through the hooks. Like the property it replaces it defines only
+    ``__get__``, so ``tuner.do_bench = f`` stores ``f`` on the instance, where it wins."""
+
+    def __init__(self, doc: Optional[str] = None):
+        self.__doc__ = doc
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return self
+        own = instance.__dict__.get("_do_bench")
+        return own if own is not None else HookBench(instance)
 
 
 def init_wrapper(wrapped, instance, args, kwargs):
@@ -619,9 +632,12 @@ def autotune_wrapper(wrapped, instance, args, kwargs):
 
     ``configs=[]`` asks for generated candidates; ``hints`` adds search dimensions (kernel
     parameters or compile options); ``check_accuracy=True`` compares every candidate's outputs
-    with a reference candidate's before timing.
+    with a reference candidate's before timing. Where Triton's own ``autotune`` takes ``hints``
+    (Triton-Ascend's), they keep its meaning and reach it unchanged, and a tuner class that runs
+    its own tuning (Triton-Ascend's ``AutoTilingTuner``) generates its own candidates.
     """
-    hints = kwargs.pop("hints", None)
+    native_hints = "hints" in _parameters(wrapped)
+    hints = None if native_hints else kwargs.pop("hints", None)
     check = kwargs.pop("check_accuracy", None)
     configs = kwargs["configs"] if "configs" in kwargs else (args[0] if args else None)
     decorator = wrapped(*args, **kwargs)
@@ -629,8 +645,17 @@ def autotune_wrapper(wrapped, instance, args, kwargs):
     def decorate(fn):
         tuner = decorator(fn)
         tuner.tdp_hints = hints
-        tuner.tdp_generate = not configs
+        tuner.tdp_generate = not configs and _plain_run(tuner)
         tuner.tdp_check_accuracy = check
         return tuner
 
     return decorate
+
+
+def _parameters(fn: Any) -> frozenset:
+    import inspect
+
+    try:
+        return frozenset(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return frozenset()

@@ -65,7 +65,7 @@ def activate() -> None:
                     _wrap_module(module, "autotune", launch.autotune_wrapper)
             if _compat.LAZY_BENCH:
                 original = cls.__dict__["do_bench"]
-                ours = property(launch.do_bench_property, doc=original.__doc__)
+                ours = launch.DoBench(original.__doc__)
                 cls.do_bench = ours
                 _installed.append((cls, "do_bench", original, ours))
             else:
