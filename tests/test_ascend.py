@@ -147,3 +147,9 @@ def test_ascend_hints_keep_triton_ascends_meaning_and_tuner(order):
     # The same tuner class, and its first launch goes exactly as without the plugin (under the
     # interpreter Triton-Ascend's own tuner cannot parse the kernel; on an NPU it tunes).
     assert plugin == ["AutoTilingTuner", "True", upstream[2]]
+
+
+def test_do_bench_npu_is_found_where_this_release_keeps_it():
+    import triton.testing
+
+    assert _compat.do_bench_npu() is triton.testing.do_bench_npu  # 3.2.0 keeps it in triton.testing

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from helpers import DEVICE, Recorder
 
-from triton_dist_plugin import _compat
+from triton_dist_plugin import _compat, hookimpl
 
 BLOCKS = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
 
@@ -167,3 +167,87 @@ def test_parallel_compile_off_times_each_candidate_alone(recorder, monkeypatch):
     x, out = _launch(kernel, "position")
     assert torch.equal(out, torch.ones_like(out))
     assert recorder.records == [] and len(recorder.timed) == len(BLOCKS)
+
+
+def _stand_in_do_bench_npu(funcs, warmup=5, active=30, **options):
+    """Stands in for Triton-Ascend's profiler timer (no NPU here): the newer form's contract, a
+    list of callables in and a list of milliseconds out, timed with the host clock."""
+    import time
+
+    out = []
+    for fn in funcs:
+        for _ in range(warmup):
+            fn()
+        start = time.perf_counter()
+        for _ in range(active):
+            fn()
+        out.append((time.perf_counter() - start) / active * 1e3)
+    return out
+
+
+class NewerAutoTilingLike(_compat.Autotuner):
+    """Written like Triton-Ascend's newer ``AutoTilingTuner`` (a source release not on PyPI):
+    ``run`` prunes, then ``_batch_bench`` compiles and times every candidate itself, with
+    ``self.do_bench`` per config, or its profiler timer over all of them with
+    ``TRITON_BENCH_METHOD=npu``; the subclass picks the min of what it returns."""
+
+    def run(self, *args, **kwargs):
+        self.nargs = dict(zip(self.arg_names, args))
+        key = tuple({**self.nargs, **kwargs}[k] for k in self.keys)
+        if key not in self.cache:
+            pruned = self.prune_configs(kwargs)
+            timings = self._batch_bench(*args, configs=pruned, **kwargs)
+            self.cache[key] = builtins.min(timings, key=timings.get)
+            self.pre_hook({**self.nargs, **kwargs, **self.cache[key].all_kwargs()}, reset_only=True)
+            self.configs_timings = timings
+        self.best_config = self.cache[key]
+        return self.fn.run(*args, **kwargs, **_options(self.best_config))
+
+    def _batch_bench(self, *args, configs, **kwargs):
+        import os
+
+        def call(config):
+            def run():
+                full = {**self.nargs, **kwargs, **config.all_kwargs()}
+                self.pre_hook(full)
+                self.fn.run(*args, **kwargs, **_options(config))
+                self.post_hook(full, exception=None)
+
+            return run
+
+        calls = [call(c) for c in configs]
+        if os.environ.get("TRITON_BENCH_METHOD", "") == "npu":
+            return dict(zip(configs, _stand_in_do_bench_npu(calls, warmup=1, active=2)))
+        return {c: self.do_bench(fn, quantiles=(0.5, 0.2, 0.8)) for c, fn in zip(configs, calls)}
+
+
+class _Penalise:
+    """A reduction plugin: makes the first config look slowest, as a slower rank would."""
+
+    def __init__(self):
+        self.seen = []
+
+    @hookimpl
+    def tdp_reduce_timings(self, request, timings, group):
+        self.seen.append(request.kernel_name)
+        first = next(iter(timings))
+        return {c: ([1e6] * 3 if c is first else t) for c, t in timings.items()}
+
+
+@pytest.mark.parametrize("method", ["", "npu"])
+def test_a_subclass_batch_bench_reaches_the_reduction_and_the_report(method, recorder, plugins, monkeypatch):
+    if method:
+        monkeypatch.setenv("TRITON_BENCH_METHOD", method)
+    penalise = _Penalise()
+    plugins(penalise)
+    kernel = NewerAutoTilingLike(_inc, _inc.arg_names, _configs()[:4], ["n"], ["out"], ["x"])
+    x, out = _launch(kernel, "keyword")
+    assert torch.equal(x, torch.ones_like(x)) and torch.equal(out, torch.ones_like(out))
+    assert penalise.seen == ["_inc"]
+    (record,) = recorder.records
+    assert record.autotuner is kernel and len(record.timings) == 4
+    first = kernel.configs[0]
+    assert kernel.best_config is not first  # the reduced timings are what the subclass picked from
+    assert kernel.configs_timings[first] == ([1e6] * 3 if not method else 1e6)  # in the subclass's own shape
+    # Its do_bench timings went through the timing hooks (the profiler form times on its own).
+    assert len(recorder.timed) == (0 if method else 4)

@@ -267,3 +267,10 @@ def test_deeper_pipelines_are_dropped_where_shared_memory_is_small():
     for c in result.configs:
         k = c.kwargs
         assert c.num_stages * (k["BLOCK_M"] * k["BLOCK_K"] + k["BLOCK_K"] * k["BLOCK_N"]) * 2 <= 100 * 1024
+
+
+def test_ascend_unified_buffer_follows_the_chip_name():
+    from triton_dist_plugin.tiling.hardware import ub_kbytes
+
+    assert ub_kbytes("Ascend950PR") == 256 and ub_kbytes("Ascend910_9599") == 256
+    assert ub_kbytes("Ascend910B4") == 192 and ub_kbytes("Ascend910_9382") == 192

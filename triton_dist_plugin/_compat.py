@@ -35,8 +35,16 @@ Config = autotuner_module.Config
 
 TRITON_VERSION: tuple[int, int] = tuple(int(p) for p in re.findall(r"\d+", triton.__version__)[:2])  # type: ignore[assignment]
 
-#: triton-ascend provides the same ``triton`` module; its auto-tiling tuner marks it.
-IS_ASCEND: bool = importlib.util.find_spec("triton.runtime.autotiling_tuner") is not None
+def _find(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+#: triton-ascend provides the same ``triton`` module. 3.2.0 ships ``triton.runtime.autotiling_tuner``;
+#: newer sources keep the backend (and its tuner) under ``triton.backends.ascend``.
+IS_ASCEND: bool = _find("triton.runtime.autotiling_tuner") or _find("triton.backends.ascend")
 
 #: 3.4+ resolves the benchmarker lazily (``do_bench`` is a cached property over ``_do_bench``).
 LAZY_BENCH: bool = isinstance(inspect.getattr_static(Autotuner, "do_bench", None), functools.cached_property)
@@ -78,6 +86,23 @@ def base_function(fn):
     while not inspect.isfunction(fn):
         fn = fn.fn
     return fn
+
+
+def do_bench_npu():
+    """Triton-Ascend's profiler-based timer, wherever this release keeps it, or None.
+
+    Newer sources: ``triton.backends.ascend.testing.do_bench_npu(funcs, warmup, active, ...)``,
+    one callable or a list (a float for one); 3.2.0: ``triton.testing.do_bench_npu(fn, warmup,
+    active, ...)``. Both take one callable and ``warmup=``/``active=`` and return milliseconds.
+    """
+    for module in ("triton.backends.ascend.testing", "triton.testing"):
+        try:
+            found = getattr(importlib.import_module(module), "do_bench_npu", None)
+        except ImportError:
+            continue
+        if found is not None:
+            return found
+    return None
 
 
 def default_benchmarker():

@@ -98,7 +98,7 @@ def time_one(cand: CandidateRequest, do_bench: Optional[Callable] = None) -> tup
         return list(INF3), describe(exc)
 
 
-def _same_keys(timings: dict) -> Callable[[Any], dict]:
+def same_keys(timings: dict) -> Callable[[Any], dict]:
     def check(result: Any) -> dict:
         if not isinstance(result, dict) or result.keys() != timings.keys():
             raise TypeError("expected a dict with exactly the candidates it was given")
@@ -153,7 +153,7 @@ def _round(request, configs, calls, method, do_bench, n_warmup, n_repeat, group,
             failures[config] = reason
         if on_candidate is not None:
             on_candidate(config, timings[config], reason)
-    reduced = bus.first_result("tdp_reduce_timings", _same_keys(timings), request=request, timings=timings, group=group)
+    reduced = bus.first_result("tdp_reduce_timings", same_keys(timings), request=request, timings=timings, group=group)
     return (reduced if reduced is not None else timings), failures
 
 

@@ -496,6 +496,9 @@ def prune_wrapper(wrapped, instance, args, kwargs):
                                 dict(getattr(instance, "nargs", None) or {}), dict(launch), autotuner=instance)
         configs = bus.prune(request, configs)
         _batch.expect(instance, configs)
+        from . import patch
+
+        patch.wrap_batch_bench(type(instance))
         return configs
     return bus.prune(request, configs)
 
@@ -521,6 +524,36 @@ def bench_wrapper(wrapped, instance, args, kwargs):
     if reason is not None:
         instance.__dict__.setdefault("tdp_failures", {})[config] = reason
     return engine.raw(value)
+
+
+def batch_bench_wrapper(wrapped, instance, args, kwargs):
+    """A subclass's own ``_batch_bench(*args, configs=..., **kwargs)`` (Triton-Ascend's newer
+    ``AutoTilingTuner``): it compiles and times its candidates itself (its UB tuner rescues
+    compiles that overflow the unified buffer), each timing going through ``self.do_bench`` and
+    so through ``tdp_time_candidate``. Its timings then go through ``tdp_reduce_timings`` (ranks
+    agree and take the slowest), and ``tdp_on_tuned`` receives the record."""
+    timings = wrapped(*args, **kwargs)
+    if not isinstance(timings, dict) or len(timings) < 2:
+        return timings
+    state = state_of(instance)
+    meta = {k: v for k, v in kwargs.items() if k != "configs"}
+    _, launch, named, rest = split_launch(state, args, meta)
+    device = _compat.active_device(required=False)
+    request = TuningRequest(state.name, state.key(args, launch), device, named, rest, autotuner=instance,
+                            grid=meta.get("grid"))
+    configs = list(timings)
+    group = distributed.kernel_group()
+    if group is not None:
+        distributed.agree(group, state.name, request.key, [str(c) for c in configs], None)
+    lists = {c: bus.as_timing(t) if t is not None else list(INF3) for c, t in timings.items()}
+    reduced = bus.first_result("tdp_reduce_timings", engine.same_keys(lists), request=request, timings=lists,
+                               group=group) or lists
+    failures = {c: "timed as infinity" for c, t in reduced.items() if not t[0] < float("inf")}
+    best = min(reduced, key=lambda c: reduced[c][0])
+    outcome = engine.Outcome(best=best, timings=reduced, failures=failures, bench_time=0.0, measured=configs)
+    engine.record(request, outcome, best, reduced, method=timing.resolve_method(device), cache_hit=False)
+    # In the shape the subclass produced: a bare number stays a number.
+    return {c: (reduced[c] if isinstance(t, (list, tuple)) else reduced[c][0]) for c, t in timings.items()}
 
 
 def _subclass_calls(instance: Any, state: KernelState, args: tuple, meta: dict):

@@ -31,14 +31,28 @@ def _cuda(device: int) -> Hardware:
     return Hardware("cuda", props.multi_processor_count, smem, 8192, 16, 16, (4, 8), (3, 4), 12)
 
 
+def ub_kbytes(arch: str) -> int:
+    """Unified buffer per vector core, in KB, by chip name.
+
+    From Triton-Ascend's ``third_party/ascend/backend/utils.py`` (``ub_size_in_kbytes_for_arch``)
+    and ``backend/runtime/utils.py`` (``_init_npu_params``): Ascend910_95 and Ascend950 have
+    256 KB (and a 128 KB register file); Ascend910A/B/D, 910_93 and 310B have 192 KB. Unknown
+    names get the 192 KB of the common parts.
+    """
+    if arch.startswith(("Ascend910_95", "Ascend950")):
+        return 256
+    return 192
+
+
 @functools.cache
 def _npu(device: int) -> Hardware:
     from triton.runtime.driver import driver
 
     props = driver.active.utils.get_device_properties(device)
+    arch = str(getattr(driver.active.get_current_target(), "arch", ""))
     cores = props.get("num_vectorcore") or props.get("num_aicore") or 20
-    # 910B-class unified buffer: 192 KB per vector core; blocks must be 32-byte aligned.
-    return Hardware("npu", int(cores), 192 * 1024, 16384, 8, 32, (), (), 12)
+    # Blocks must be 32-byte aligned on every Ascend chip.
+    return Hardware("npu", int(cores), ub_kbytes(arch) * 1024, 16384, 8, 32, (), (), 12)
 
 
 _CPU = Hardware("cpu", 4, 64 * 1024, 1024, 16, 1, (), (), 4)
