@@ -9,6 +9,7 @@ what is shown is the batching, the screening and upstream's semantics inside the
 """
 
 import builtins
+import math
 
 import pytest
 import torch
@@ -36,7 +37,7 @@ def _configs():
 def _options(config):
     """``config.all_kwargs()`` as the libraries pass it, less what Triton 3.2's interpreter rejects
     (its Config carries warp-specialisation fields that only its compiler knows)."""
-    keep = set(_inc.arg_names) | {"num_warps", "num_stages", "num_ctas", "maxnreg"}
+    keep = set(_inc.arg_names) | {"SCALE", "num_warps", "num_stages", "num_ctas", "maxnreg"}
     return {k: v for k, v in config.all_kwargs().items() if DEVICE != "cpu" or k in keep}
 
 
@@ -251,3 +252,24 @@ def test_a_subclass_batch_bench_reaches_the_reduction_and_the_report(method, rec
     assert kernel.configs_timings[first] == ([1e6] * 3 if not method else 1e6)  # in the subclass's own shape
     # Its do_bench timings went through the timing hooks (the profiler form times on its own).
     assert len(recorder.timed) == (0 if method else 4)
+
+
+@triton.jit
+def _scaled_copy(x, y, n, BLOCK: tl.constexpr, SCALE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y + offs, tl.load(x + offs, mask=mask) * SCALE, mask=mask)
+
+
+@pytest.mark.parametrize("cls", [LibTunerLike, NewerAutoTilingLike])
+def test_the_accuracy_check_reaches_subclass_loops(cls, monkeypatch):
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CHECK_ACCURACY", "1")
+    configs = [triton.Config({"BLOCK": b, "SCALE": 1}) for b in (64, 128, 256)] + [
+        triton.Config({"BLOCK": 32, "SCALE": 2})]  # a candidate whose result is wrong
+    kernel = cls(_scaled_copy, _scaled_copy.arg_names, configs, ["n"], None, None)
+    x, y = torch.randn(300, device=DEVICE), torch.zeros(300, device=DEVICE)
+    kernel[lambda m: (triton.cdiv(300, m["BLOCK"]),)](x, y, 300)
+    assert torch.equal(x, y)
+    assert kernel.best_config.kwargs["SCALE"] == 1
+    assert "wrong result" in kernel.tdp_failures[configs[3]]
+    assert kernel.configs_timings[configs[3]] in ([math.inf] * 3, math.inf)

@@ -532,11 +532,23 @@ def batch_bench_wrapper(wrapped, instance, args, kwargs):
     compiles that overflow the unified buffer), each timing going through ``self.do_bench`` and
     so through ``tdp_time_candidate``. Its timings then go through ``tdp_reduce_timings`` (ranks
     agree and take the slowest), and ``tdp_on_tuned`` receives the record."""
-    timings = wrapped(*args, **kwargs)
-    if not isinstance(timings, dict) or len(timings) < 2:
-        return timings
     state = state_of(instance)
     meta = {k: v for k, v in kwargs.items() if k != "configs"}
+    wrong: dict = {}
+    configs = kwargs.get("configs")
+    if accuracy_check_enabled(instance) and isinstance(configs, (list, tuple)) and len(configs) > 1:
+        # Candidates whose results differ never reach the subclass's own timing.
+        named_all = {**dict(zip(state.arg_names, args)), **{k: v for k, v in meta.items() if k in state.arg_set}}
+        wrong = check_accuracy(list(configs), _subclass_calls(instance, state, args, meta), named_all, {})
+        kwargs = {**kwargs, "configs": [c for c in configs if c not in wrong]}
+    timings = wrapped(*args, **kwargs)
+    if not isinstance(timings, dict):
+        return timings
+    for config in wrong:
+        timings[config] = list(INF3) if any(isinstance(t, (list, tuple)) for t in timings.values()) else INF3[0]
+        instance.__dict__.setdefault("tdp_failures", {})[config] = wrong[config]
+    if len(timings) < 2:
+        return timings
     _, launch, named, rest = split_launch(state, args, meta)
     device = _compat.active_device(required=False)
     request = TuningRequest(state.name, state.key(args, launch), device, named, rest, autotuner=instance,
@@ -548,7 +560,7 @@ def batch_bench_wrapper(wrapped, instance, args, kwargs):
     lists = {c: bus.as_timing(t) if t is not None else list(INF3) for c, t in timings.items()}
     reduced = bus.first_result("tdp_reduce_timings", engine.same_keys(lists), request=request, timings=lists,
                                group=group) or lists
-    failures = {c: "timed as infinity" for c, t in reduced.items() if not t[0] < float("inf")}
+    failures = {c: wrong.get(c, "timed as infinity") for c, t in reduced.items() if not t[0] < float("inf")}
     best = min(reduced, key=lambda c: reduced[c][0])
     outcome = engine.Outcome(best=best, timings=reduced, failures=failures, bench_time=0.0, measured=configs)
     engine.record(request, outcome, best, reduced, method=timing.resolve_method(device), cache_hit=False)
@@ -577,11 +589,13 @@ def _subclass_round(instance: Any, state: KernelState, args: tuple, meta: dict, 
                              f" ({_precompile.summary()})")
     screen = engine.Screen() if os.environ.get(SEARCH_ENV, "halving") != "exhaustive" else None
     do_bench = user_do_bench(instance)
+    wrong = check_accuracy(configs, make_call, named, {}) if accuracy_check_enabled(instance) else {}
 
     def measure(candidates: list, **options):
         try:
             return engine.run_candidates(request, candidates, make_call, method=method, do_bench=do_bench,
-                                         upstream_errors=True, **options)
+                                         upstream_errors=True,
+                                         known_failures={c: r for c, r in wrong.items() if c in candidates}, **options)
         except engine.NoValidConfig as exc:  # every one failed: the subclass's loop decides, as upstream
             return engine.Outcome(best=None, timings={c: list(INF3) for c in candidates}, failures=exc.failures,
                                   bench_time=time.perf_counter() - started)
