@@ -142,6 +142,45 @@ def scenario_kernel_group(rank, world, group):
     return picks
 
 
+def scenario_subclass_group(rank, world, group):
+    """A tuner subclass with its own loop over _bench (FlagGems-style), tuned over the group."""
+    from kernels import KERNELS
+    from triton_dist_plugin import _compat
+
+    spec = KERNELS["add"]
+    costs = {0: {128: 1.0, 256: 9.0, 512: 5.0}, 1: {128: 8.0, 256: 2.0, 512: 6.0}}
+
+    class RankCosts:
+        @tdp.hookimpl(tryfirst=True)
+        def tdp_time_candidate(self, request):
+            request.call()
+            return costs[rank][request.config.kwargs["BLOCK"]]
+
+    class Lib(_compat.Autotuner):
+        def run(self, *args, **kwargs):
+            self.nargs = dict(zip(self.arg_names, args))
+            key = tuple(self.nargs[k] for k in self.keys)
+            if key not in self.cache:
+                timings = {c: self._bench(*args, config=c, **kwargs) for c in self.prune_configs(kwargs)}
+                self.cache[key] = min(timings, key=timings.get)
+            self.best_config = self.cache[key]
+            return self.fn.run(*args, **kwargs, **self.best_config.kwargs)
+
+    tdp.register(RankCosts())
+    picks = {}
+    for label, ctx in (("alone", None), ("together", group)):
+        kernel = Lib(spec.jit, spec.jit.arg_names, spec.configs("cpu"), spec.key, None, None)
+        x, y = spec.make_inputs("tiny", "cpu")
+        if ctx is None:
+            out = spec.launch(kernel, x, y)
+        else:
+            with tdp.tuning_group(ctx):
+                out = spec.launch(kernel, x, y)
+        assert torch.equal(out, x + y)
+        picks[label] = kernel.best_config.kwargs["BLOCK"]
+    return picks
+
+
 def scenario_all2all(rank, world, group):
     from kernels import all2all
 

@@ -90,6 +90,12 @@ def test_plain_kernel_tuned_over_a_group_ends_with_one_config(tmp_path):
     assert [r["together"] for r in results] == [512, 512]  # max: 128->8, 256->9, 512->6
 
 
+def test_a_subclass_tuning_loop_in_a_group_ends_with_one_config(tmp_path):
+    results = run_ranks("subclass_group", 2, tmp_path)
+    assert [r["alone"] for r in results] == [128, 256]
+    assert [r["together"] for r in results] == [512, 512]  # the subclass's own min over the MAX
+
+
 def test_all2all_example_tunes_on_gloo_and_writes_a_manifest(tmp_path):
     results = run_ranks("all2all", 2, tmp_path, wall=300)
     picks = [[(r["CHUNK"], r["DEPTH"]) for r in res["results"]] for res in results]

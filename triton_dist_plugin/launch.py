@@ -590,11 +590,14 @@ def _subclass_round(instance: Any, state: KernelState, args: tuple, meta: dict, 
     screen = engine.Screen() if os.environ.get(SEARCH_ENV, "halving") != "exhaustive" else None
     do_bench = user_do_bench(instance)
     wrong = check_accuracy(configs, make_call, named, {}) if accuracy_check_enabled(instance) else {}
+    group = distributed.kernel_group()  # only inside tuning_group(): the user asked for it
+    if group is not None:
+        distributed.agree(group, state.name, request.key, [str(c) for c in configs], None)
 
     def measure(candidates: list, **options):
         try:
             return engine.run_candidates(request, candidates, make_call, method=method, do_bench=do_bench,
-                                         upstream_errors=True,
+                                         upstream_errors=True, group=group,
                                          known_failures={c: r for c, r in wrong.items() if c in candidates}, **options)
         except engine.NoValidConfig as exc:  # every one failed: the subclass's loop decides, as upstream
             return engine.Outcome(best=None, timings={c: list(INF3) for c in candidates}, failures=exc.failures,
