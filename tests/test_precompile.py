@@ -65,7 +65,7 @@ def test_switches(monkeypatch, tmp_path):
     monkeypatch.setenv(precompile.COMPILE_PROCESSES_ENV, "0")
     assert not precompile.processes_usable()
     monkeypatch.setenv(precompile.COMPILE_PROCESSES_ENV, "many")
-    with pytest.raises(ValueError, match="TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES='many' is not a whole number"):
+    with pytest.raises(ValueError, match="COMPILE_PROCESSES='many' is not valid: it accepts a whole number"):
         precompile.processes_usable()
 
 

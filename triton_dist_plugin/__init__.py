@@ -10,12 +10,16 @@ makes the import patch nothing; ``activate()`` / ``deactivate()`` switch it at r
 
 from __future__ import annotations
 
-from . import _compat  # noqa: F401  (raises a clear ImportError when Triton is missing)
+from . import (
+    _compat,  # noqa: F401  (raises a clear ImportError when Triton is missing)
+    settings,
+)
 from .bus import PluginError, hookimpl, plugin_manager, register, unregister
 from .distributed import RankMismatch, set_tuning_group, tuning_group
 from .engine import NoValidConfig
 from .patch import activate, deactivate, is_active
 from .requests import CandidateRequest, TuningRecord, TuningRequest
+from .settings import SettingError
 
 __version__ = "0.1.0"
 
@@ -26,6 +30,7 @@ __all__ = [
     "NoValidConfig",
     "PluginError",
     "RankMismatch",
+    "SettingError",
     "TuningRecord",
     "TuningRequest",
     "activate",
@@ -39,5 +44,5 @@ __all__ = [
     "unregister",
 ]
 
-if not _compat.env_flag(DISABLE_ENV) and not is_active():
+if not settings.value(DISABLE_ENV) and not is_active():
     activate()

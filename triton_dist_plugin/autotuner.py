@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from . import _compat, distributed, engine, launch
+from . import _compat, distributed, engine, launch, settings
 from .requests import TuningRecord, TuningRequest
 
 LOG_DIR = Path(".autotune_logs")
@@ -68,6 +68,7 @@ class Session:
     """State of one contextual tuning; lives only while the decorated function is tuned."""
 
     def __init__(self, name: str, n_warmup: int, n_repeat: int, rank: int):
+        settings.validate()  # a bad setting fails here, before any work or collective
         self.name, self.n_warmup, self.n_repeat, self.rank = name, n_warmup, n_repeat, rank
         self.thread = threading.get_ident()
         self.entries: dict = {}  # (id(tuner), key) -> Entry, in discovery order

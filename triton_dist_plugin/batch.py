@@ -16,10 +16,11 @@ Anything else (a ``_bench`` of a config that was not pruned just before, other a
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
+
+from . import settings
 
 _local = threading.local()
 
@@ -35,7 +36,7 @@ class Batch:
 
 
 def enabled() -> bool:
-    return os.environ.get("TRITON_AUTOTUNE_PARALLEL_COMPILE", "1") != "0"
+    return settings.value("TRITON_AUTOTUNE_PARALLEL_COMPILE")
 
 
 def expect(tuner: Any, configs: list) -> None:

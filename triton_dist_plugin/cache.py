@@ -24,6 +24,8 @@ from typing import Any, Callable, Optional
 
 from filelock import FileLock
 
+from . import settings
+
 ROOT_ENV = "TRITON_DIST_AUTOTUNE_DIR"
 ALWAYS_TUNE_ENV = "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE"
 VERSION_CHECK_ENV = "TRITON_DIST_AUTOTUNE_VERSION_CHECK"
@@ -31,8 +33,8 @@ FORMAT = 1
 
 
 def cache_root() -> Path:
-    if os.environ.get(ROOT_ENV):
-        return Path(os.environ[ROOT_ENV])
+    if settings.value(ROOT_ENV):
+        return Path(settings.value(ROOT_ENV))
     return Path(os.environ.get("HOME") or os.path.expanduser("~")) / ".triton_dist" / "autotune"
 
 
@@ -191,7 +193,7 @@ class FunctionCache:
 
     def load(self, key: Any, space_reprs: list[str]) -> Optional[dict]:
         """The record for ``key`` if it is valid for this source, hardware and config space."""
-        if os.environ.get(ALWAYS_TUNE_ENV) == "1":
+        if settings.value(ALWAYS_TUNE_ENV):
             return None
         path = self.path(key)
         record = read_json(path)
@@ -203,7 +205,7 @@ class FunctionCache:
             warnings.warn(f"autotune cache {path} does not match {self.name}'s key or config space; re-tuning",
                           RuntimeWarning, stacklevel=2)
             return None
-        if os.environ.get(VERSION_CHECK_ENV) == "1" and record.get("versions") != versions():
+        if settings.value(VERSION_CHECK_ENV) and record.get("versions") != versions():
             return None
         return record
 

@@ -17,10 +17,9 @@ hook), goes through ``JITFunction.run`` unchanged. ``TRITON_DIST_DIRECT_LAUNCH=0
 from __future__ import annotations
 
 import operator
-import os
 from typing import Any, Optional
 
-from . import _compat
+from . import _compat, settings
 
 DIRECT_ENV = "TRITON_DIST_DIRECT_LAUNCH"
 #: Releases whose ``JITFunction.run`` launch sequence this module follows.
@@ -39,7 +38,7 @@ def usable(fn: Any) -> bool:
     """True when ``fn`` is a plain ``JITFunction`` this module knows how to launch."""
     if _compat.knobs is None or _compat.TRITON_VERSION not in KNOWN_RELEASES or _compat.IS_ASCEND:
         return False
-    if os.environ.get(DIRECT_ENV, "1").strip().lower() in {"0", "false", "no", "off"} or _compat.interpret():
+    if not settings.value(DIRECT_ENV) or _compat.interpret():
         return False
     from triton.runtime.jit import JITFunction
 

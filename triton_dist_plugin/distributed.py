@@ -15,10 +15,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import hashlib
-import os
 from datetime import timedelta
 from typing import Any, Iterator, Optional
 
+from . import settings
 from .bus import hookimpl
 
 TIMEOUT_ENV = "TRITON_DIST_AUTOTUNE_TIMEOUT"
@@ -31,7 +31,7 @@ class RankMismatch(RuntimeError):
 
 
 def timeout() -> timedelta:
-    return timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, "300")))
+    return timedelta(seconds=settings.value(TIMEOUT_ENV))
 
 
 def set_tuning_group(group: Any) -> None:

@@ -13,13 +13,12 @@ threads launching the same kernel with different keys never see each other's arg
 from __future__ import annotations
 
 import operator
-import os
 import threading
 import time
 import weakref
 from typing import Any, Optional
 
-from . import _compat, bus, direct, distributed, engine, timing
+from . import _compat, bus, direct, distributed, engine, settings, timing
 from . import batch as _batch
 from . import precompile as _precompile
 from .requests import INF3, TuningRequest
@@ -308,6 +307,7 @@ def _is_default(bench: Any) -> bool:
 
 def tune(instance: Any, state: KernelState, key: tuple, args: tuple, kwargs: dict):
     """Tune ``instance`` for ``key`` and store the pick in ``instance.cache`` (upstream's attributes)."""
+    settings.validate()  # a bad setting fails here, before any work or collective
     with _TUNE_LOCK:
         config = instance.cache.get(key)
         if config is not None:  # another thread finished it while we waited
@@ -394,7 +394,7 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
         # A candidate that failed to compile is still launched and timed, as upstream does: its
         # hooks and the kernel's own do_bench see the failure (a post_hook gets the exception).
         wrong = check_accuracy(configs, make_call, named, failed) if accuracy_check_enabled(instance) else {}
-        screen = engine.Screen() if os.environ.get(SEARCH_ENV, "halving") != "exhaustive" else None
+        screen = engine.Screen() if settings.value(SEARCH_ENV) != "exhaustive" else None
         outcome = engine.run_candidates(request, configs, make_call, method=method, do_bench=user_do_bench(instance),
                                         group=group, screen=screen, known_failures=wrong, upstream_errors=True)
         instance.bench_time = outcome.bench_time
@@ -427,7 +427,7 @@ def precompile(instance: Any, state: KernelState, args: tuple, kwargs: dict, con
 
 def accuracy_check_enabled(instance: Any) -> bool:
     flag = instance.__dict__.get("tdp_check_accuracy")
-    return bool(flag) if flag is not None else os.environ.get(ACCURACY_ENV) == "1"
+    return bool(flag) if flag is not None else settings.value(ACCURACY_ENV)
 
 
 def _tolerance(tensor: Any) -> tuple[float, float]:
@@ -576,6 +576,7 @@ def _subclass_calls(instance: Any, state: KernelState, args: tuple, meta: dict):
 
 def _subclass_round(instance: Any, state: KernelState, args: tuple, meta: dict, configs: list) -> dict:
     """Compile ``configs`` in parallel, screen and time them: ``{config: timing}`` for a subclass."""
+    settings.validate()
     device = _compat.active_device(required=user_do_bench(instance) is None)
     _, launch, named, rest = split_launch(state, args, meta)
     request = TuningRequest(state.name, state.key(args, launch), device, named, rest, autotuner=instance,
@@ -587,7 +588,7 @@ def _subclass_round(instance: Any, state: KernelState, args: tuple, meta: dict, 
         precompile(instance, state, args, meta, configs)  # failures show again when timed, as upstream
         request.notes.append(f"compiled {len(configs)} candidates in {time.perf_counter() - started:.2f}s"
                              f" ({_precompile.summary()})")
-    screen = engine.Screen() if os.environ.get(SEARCH_ENV, "halving") != "exhaustive" else None
+    screen = engine.Screen() if settings.value(SEARCH_ENV) != "exhaustive" else None
     do_bench = user_do_bench(instance)
     wrong = check_accuracy(configs, make_call, named, {}) if accuracy_check_enabled(instance) else {}
     group = distributed.kernel_group()  # only inside tuning_group(): the user asked for it

@@ -29,7 +29,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional
 
-from . import _compat, engine
+from . import _compat, engine, settings
 
 PARALLEL_COMPILE_ENV = "TRITON_AUTOTUNE_PARALLEL_COMPILE"
 COMPILE_WORKERS_ENV = "TRITON_DIST_AUTOTUNE_COMPILE_WORKERS"  # threads (default: CPUs)
@@ -45,11 +45,8 @@ _fork_lock = threading.Lock()
 
 
 def _workers(env: str) -> int:
-    value = os.environ.get(env, "").strip()
-    try:
-        return int(value) if value else (os.cpu_count() or 4)
-    except ValueError:
-        raise ValueError(f"{env}={value!r} is not a whole number; unset it or give a count such as 8") from None
+    count = settings.value(env)
+    return count if count is not None else (os.cpu_count() or 4)
 
 
 def warm_all(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict], device: Any = None,
@@ -61,7 +58,7 @@ def warm_all(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict],
     ``{i: reason}`` for the candidates that failed.
     """
     inputs = inputs or {}
-    if os.environ.get(PARALLEL_COMPILE_ENV, "1") == "0" or len(launch_kwargs) < 2:
+    if not settings.value(PARALLEL_COMPILE_ENV) or len(launch_kwargs) < 2:
         return {}
 
     def compile_one(i: int, load: bool = False) -> Optional[str]:
@@ -163,7 +160,7 @@ def processes_usable() -> bool:
     """Stage 1 helps only if workers' compiles land where the parent will find them."""
     if _workers(COMPILE_PROCESSES_ENV) < 2 or _compat.interpret():
         return False
-    if _compat.IS_ASCEND and not os.environ.get(COMPILE_PROCESSES_ENV):
+    if _compat.IS_ASCEND and settings.value(COMPILE_PROCESSES_ENV) is None:
         return False  # not yet run on an NPU host: opt in with a worker count
     if "fork" not in multiprocessing.get_all_start_methods():
         return False
@@ -200,7 +197,7 @@ def in_processes(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[di
 
 def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, inputs):
     global _job
-    deadline = time.perf_counter() + float(os.environ.get(PROCESS_TIMEOUT_ENV, "300"))
+    deadline = time.perf_counter() + settings.value(PROCESS_TIMEOUT_ENV)
     _job = (warm, args, meta, launch_kwargs, device, inputs)
     pool = None
     started = time.perf_counter()

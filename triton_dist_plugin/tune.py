@@ -26,7 +26,7 @@ import os
 import sys
 from typing import Any, Callable, Optional
 
-from . import _compat, cache, distributed, engine
+from . import _compat, cache, distributed, engine, settings
 from .requests import TuningRequest
 
 log = logging.getLogger("triton_dist_plugin.tune")
@@ -101,6 +101,7 @@ class AutoTuner:
     def _tune(self, key: Any, args: tuple, kwargs: dict, group: Any, verbose: bool, overwrite: bool) -> dict:
         import datetime as dt
 
+        settings.validate()  # a bad setting fails here, before any work or collective
         device = _device()
         method = "wall" if device == "cpu" else "event"  # the whole function, timed as the seed says
         world = 1

@@ -1,0 +1,71 @@
+"""Every environment variable in one table: the docs match it, the code reads nothing else, and a
+bad value fails with the variable's name before any tuning work starts."""
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from helpers import DEVICE, Recorder
+
+import triton_dist_plugin as tdp
+from triton_dist_plugin import settings
+
+ROOT = Path(__file__).resolve().parents[1]
+OWN = [s for s in settings.SETTINGS if s.parse is not None and s.kind != "path"]
+
+
+def test_the_docs_table_is_the_generated_one():
+    text = (ROOT / "docs" / "settings.md").read_text()
+    table = text.split("<!-- settings table: generated -->\n", 1)[1].split("<!-- end of settings table -->", 1)[0]
+    assert table == settings.markdown(), "docs/settings.md is stale: python -m triton_dist_plugin.settings prints it"
+
+
+def test_every_variable_the_package_reads_is_declared():
+    declared = {s.name for s in settings.SETTINGS}
+    read = set()
+    for path in (ROOT / "triton_dist_plugin").rglob("*.py"):
+        source = path.read_text()
+        pattern = r"""(?:environ(?:\.get)?[\[(]|getenv\(|value\(|env_flag\()\s*["']([A-Z][A-Z0-9_]+)["']"""
+        read |= set(re.findall(pattern, source))
+        # Constants naming variables (FOO_ENV = "TRITON_...") are read through settings.value(FOO_ENV).
+        read |= set(re.findall(r"""^[A-Z_]*ENV\s*=\s*["']([A-Z][A-Z0-9_]+)["']""", source, re.M))
+    assert read, "the scan found nothing: the pattern is broken"
+    assert read <= declared, f"read but not declared in settings.py: {sorted(read - declared)}"
+
+
+@pytest.mark.parametrize("setting", OWN, ids=[s.name for s in OWN])
+def test_a_bad_value_names_the_variable_and_what_it_accepts(setting, monkeypatch):
+    monkeypatch.setenv(setting.name, "bogus")
+    with pytest.raises(tdp.SettingError) as info:
+        settings.validate()
+    message = str(info.value)
+    assert setting.name in message and setting.accepts in message
+
+
+@pytest.mark.parametrize("setting", OWN, ids=[s.name for s in OWN])
+def test_unset_means_the_default(setting, monkeypatch):
+    monkeypatch.delenv(setting.name, raising=False)
+    settings.value(setting.name)  # no error
+
+
+@triton.jit
+def _copy(x, y, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)
+
+
+def test_a_bad_setting_stops_tuning_before_any_candidate_runs(monkeypatch, plugins):
+    recorder = Recorder()
+    plugins(recorder)
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_TIMEOUT", "abc")
+    kernel = triton.autotune(configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], key=["n"])(_copy)
+    x, y = torch.randn(100, device=DEVICE), torch.zeros(100, device=DEVICE)
+    with pytest.raises(tdp.SettingError, match="TRITON_DIST_AUTOTUNE_TIMEOUT='abc'.*positive number of seconds"):
+        kernel[lambda m: (triton.cdiv(100, m["BLOCK"]),)](x, y, 100)
+    assert recorder.timed == [] and not kernel.cache
+    monkeypatch.delenv("TRITON_DIST_AUTOTUNE_TIMEOUT")
+    kernel[lambda m: (triton.cdiv(100, m["BLOCK"]),)](x, y, 100)
+    assert torch.equal(x, y)

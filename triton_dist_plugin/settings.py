@@ -1,0 +1,182 @@
+"""Every environment variable the package reads: name, type, default and meaning, in one table.
+
+Values are read when used (a test or a long-lived process may change them between tunings),
+always through ``value(name)``, which parses and checks them; ``validate()`` checks them all at
+once before any tuning work starts, so a bad value fails with the variable's name and what it
+accepts rather than halfway through a collective. Variables that belong to Triton or torch are
+listed too (``owner``), so this table is the whole story; their owners check them.
+
+``python -m triton_dist_plugin.settings`` prints the table in ``docs/settings.md``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+_ON = ("1", "true", "yes", "on", "y")
+_OFF = ("0", "false", "no", "off", "n")
+
+
+class SettingError(ValueError):
+    """An environment variable holds a value the plugin cannot use."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    kind: str  # what the docs call its type
+    default: str  # as the docs show it
+    meaning: str
+    parse: Optional[Callable[[str], Any]] = None  # raw text -> value; raises ValueError when invalid
+    accepts: str = ""  # what an error message says is valid
+    owner: str = "triton-dist-plugin"
+
+
+def _bit(default: bool) -> Callable[[str], bool]:
+    """``1`` on, ``0`` off, unset the default."""
+
+    def parse(raw: str) -> bool:
+        if raw == "":
+            return default
+        if raw in ("0", "1"):
+            return raw == "1"
+        raise ValueError
+
+    return parse
+
+
+def _flag(default: bool) -> Callable[[str], bool]:
+    def parse(raw: str) -> bool:
+        text = raw.strip().lower()
+        if text == "":
+            return default
+        if text in _ON:
+            return True
+        if text in _OFF:
+            return False
+        raise ValueError
+
+    return parse
+
+
+def _count(raw: str) -> Optional[int]:
+    """A whole number >= 0; unset means "the CPU count"."""
+    if raw.strip() == "":
+        return None
+    value = int(raw.strip())
+    if value < 0:
+        raise ValueError
+    return value
+
+
+def _seconds(default: float) -> Callable[[str], float]:
+    def parse(raw: str) -> float:
+        if raw.strip() == "":
+            return default
+        value = float(raw.strip())
+        if not value > 0 or value != value or value == float("inf"):
+            raise ValueError
+        return value
+
+    return parse
+
+
+def _choice(default: str, *choices: str, aliases: Optional[dict] = None) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        text = raw.strip().lower()
+        text = (aliases or {}).get(text, text)
+        if text == "":
+            return default
+        if text not in choices:
+            raise ValueError
+        return text
+
+    return parse
+
+
+METHODS = ("event", "profiler", "npu", "cudagraph", "wall")
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("TRITON_DIST_PLUGIN_DISABLE", "flag", "off",
+            "`import triton_dist_plugin` patches nothing and loads no plugins", _flag(False),
+            "1/true/yes/on/y or 0/false/no/off/n"),
+    Setting("TRITON_BENCH_METHOD", "choice", "`event` (`wall` under the interpreter)",
+            "how candidates are timed: `event`, `profiler` (`npu`), `cudagraph` or `wall`; see timing.md",
+            _choice("", *METHODS, aliases={"wallclock": "wall", "cuda_graph": "cudagraph"}),
+            ", ".join(METHODS)),
+    Setting("TRITON_DIST_AUTOTUNE_SEARCH", "choice", "`halving`",
+            "`exhaustive`: no screening, every candidate measured fully", _choice("halving", "halving", "exhaustive"),
+            "halving, exhaustive"),
+    Setting("TRITON_DIST_AUTOTUNE_CHECK_ACCURACY", "0/1", "`0`",
+            "`1`: check every kernel's candidates that does not pass `check_accuracy`", _bit(False), "0 or 1"),
+    Setting("TRITON_AUTOTUNE_PARALLEL_COMPILE", "0/1", "`1`",
+            "`0`: compile each candidate at its first timed call", _bit(True), "0 or 1"),
+    Setting("TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES", "count", "CPU count",
+            "forked workers that compile candidates into Triton's disk cache; `0`: none", _count,
+            "a whole number >= 0, such as 8"),
+    Setting("TRITON_DIST_AUTOTUNE_COMPILE_WORKERS", "count", "CPU count",
+            "threads that compile what the workers did not", _count, "a whole number >= 0, such as 8"),
+    Setting("TRITON_DIST_AUTOTUNE_COMPILE_TIMEOUT", "seconds", "`300`",
+            "seconds the forked workers get before the rest compiles in threads", _seconds(300.0),
+            "a positive number of seconds, such as 300"),
+    Setting("TRITON_DIST_DIRECT_LAUNCH", "flag", "on",
+            "`0`: cache-hit launches go through `JITFunction.run` instead of the direct launcher", _flag(True),
+            "1/true/yes/on/y or 0/false/no/off/n"),
+    Setting("TRITON_DIST_AUTOTUNE_TIMEOUT", "seconds", "`300`",
+            "how long each collective of distributed tuning waits for the other ranks", _seconds(300.0),
+            "a positive number of seconds, such as 300"),
+    Setting("TRITON_DIST_AUTOTUNE_DIR", "path", "`$HOME/.triton_dist/autotune`",
+            "the function-level tuner's disk cache", lambda raw: raw, "a directory path"),
+    Setting("TRITON_DIST_AUTOTUNE_ALWAYS_TUNE", "0/1", "`0`",
+            "`1`: never read the function-level cache; every new key is tuned and its entry rewritten", _bit(False),
+            "0 or 1"),
+    Setting("TRITON_DIST_AUTOTUNE_VERSION_CHECK", "0/1", "`0`",
+            "`1`: use a function-level entry only if its recorded versions equal the current ones", _bit(False),
+            "0 or 1"),
+    # Read here, owned (and checked) elsewhere.
+    Setting("TRITON_INTERPRET", "0/1", "`0`", "Triton's interpreter: kernels run on the CPU, timed with the wall clock",
+            owner="Triton"),
+    Setting("TRITON_PRINT_AUTOTUNING", "0/1", "`0`", "print each tuning's pick (and, here, its notes)", owner="Triton"),
+    Setting("TRITON_CACHE_DIR", "path", "`$HOME/.triton/cache`",
+            "Triton's disk cache, which forked compile workers fill and `triton-dist-tune` reads", owner="Triton"),
+    Setting("TRITON_CACHE_MANAGER", "text", "unset", "another cache manager turns the forked compile stage off",
+            owner="Triton"),
+    Setting("TRITON_ALWAYS_COMPILE", "flag", "off", "turns the forked compile stage off (nothing would be reused)",
+            owner="Triton"),
+    Setting("RANK", "count", "`0`", "this process's rank, for contextual tuning's reports", owner="torch.distributed"),
+    Setting("LOCAL_RANK", "count", "unset", "local rank 0 writes the function-level cache for its node",
+            owner="torch.distributed"),
+    Setting("HOME", "path", "the user's home", "where the default cache directories live", owner="the system"),
+)
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def value(name: str) -> Any:
+    """The parsed value of the plugin's setting ``name``, from the environment now."""
+    setting = _BY_NAME[name]
+    raw = os.environ.get(name, "")
+    try:
+        return setting.parse(raw) if setting.parse is not None else raw
+    except ValueError:
+        raise SettingError(f"{name}={raw!r} is not valid: it accepts {setting.accepts}. "
+                           f"Unset it for the default ({setting.default.strip('`')}).") from None
+
+
+def validate() -> None:
+    """Check every setting the plugin owns; raise ``SettingError`` on the first bad one."""
+    for setting in SETTINGS:
+        if setting.parse is not None:
+            value(setting.name)
+
+
+def markdown() -> str:
+    """The settings table of ``docs/settings.md``."""
+    rows = ["| variable | type | default | meaning | owner |", "|---|---|---|---|---|"]
+    rows += [f"| `{s.name}` | {s.kind} | {s.default} | {s.meaning} | {s.owner} |" for s in SETTINGS]
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover - prints the docs table
+    print(markdown(), end="")
