@@ -13,10 +13,9 @@ from typing import Any, Callable, Optional
 
 import pluggy
 
-from . import hookspecs
-
-PROJECT = "triton_dist_plugin"
-hookimpl = pluggy.HookimplMarker(PROJECT)
+from . import distributed, hookspecs, report, timing
+from .hookspecs import PROJECT, hookimpl  # noqa: F401  (re-exported: triton_dist_plugin.hookimpl)
+from .tiling.generate import BuiltinGenerator
 
 _pm: Optional[pluggy.PluginManager] = None
 _lock = threading.Lock()
@@ -29,9 +28,6 @@ def plugin_manager() -> pluggy.PluginManager:
     if _pm is None:
         with _lock:
             if _pm is None:
-                from . import distributed, report, timing
-                from .tiling.generate import BuiltinGenerator
-
                 pm = pluggy.PluginManager(PROJECT)
                 pm.add_hookspecs(hookspecs)
                 pm.register(timing.BuiltinTiming(), name="tdp.timing")

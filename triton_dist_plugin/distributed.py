@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import Any, Iterator, Optional
 
 from . import settings
-from .bus import hookimpl
+from .hookspecs import hookimpl
 
 TIMEOUT_ENV = "TRITON_DIST_AUTOTUNE_TIMEOUT"
 _group: contextvars.ContextVar = contextvars.ContextVar("tdp_tuning_group", default=None)

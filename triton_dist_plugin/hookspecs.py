@@ -17,7 +17,11 @@ from __future__ import annotations
 
 import pluggy
 
-hookspec = pluggy.HookspecMarker("triton_dist_plugin")
+PROJECT = "triton_dist_plugin"
+hookspec = pluggy.HookspecMarker(PROJECT)
+#: Marks a plugin's hook implementations. It lives beside the specs, as in pluggy and pytest, so
+#: the built-in plugins depend only on this module and the bus can import and register them.
+hookimpl = pluggy.HookimplMarker(PROJECT)
 
 # -------------------------------------------------------------------------------------------
 # candidates

@@ -31,6 +31,8 @@ _TUNE_LOCK = threading.RLock()
 session: Any = None
 _current = threading.local()  # the TuningRequest of the tuning in progress on this thread
 _DTYPE_STR: dict = {}
+#: True while the plugin is installed (``patch.activate`` sets it, ``deactivate`` clears it).
+active = False
 #: Autotuners that carry a per-instance fast ``run`` (removed again by ``deactivate``).
 fast_instances: weakref.WeakSet[Any] = weakref.WeakSet()
 
@@ -496,9 +498,6 @@ def prune_wrapper(wrapped, instance, args, kwargs):
                                 dict(getattr(instance, "nargs", None) or {}), dict(launch), autotuner=instance)
         configs = bus.prune(request, configs)
         _batch.expect(instance, configs)
-        from . import patch
-
-        patch.wrap_batch_bench(type(instance))
         return configs
     return bus.prune(request, configs)
 
@@ -629,9 +628,7 @@ class HookBench:
         self.tuner = tuner
 
     def __call__(self, kernel_call, quantiles=(0.5, 0.2, 0.8), **kwargs):
-        from . import patch
-
-        if not patch.is_active():
+        if not active:
             return _compat.default_benchmarker()(kernel_call, quantiles=quantiles, **kwargs)
         device = _compat.active_device()
         name = state_of(self.tuner).name if self.tuner is not None else "kernel"

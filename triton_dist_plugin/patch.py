@@ -56,7 +56,7 @@ def activate() -> None:
         try:
             _wrap(cls, "run", launch.run_wrapper)
             _wrap(cls, "_bench", launch.bench_wrapper)
-            _wrap(cls, "prune_configs", launch.prune_wrapper)
+            _wrap(cls, "prune_configs", _prune_configs)
             import triton
             import triton.runtime
 
@@ -74,12 +74,23 @@ def activate() -> None:
                 if "_batch_bench" in sub.__dict__:
                     _wrap(sub, "_batch_bench", launch.batch_bench_wrapper)
             bus.load_entry_points()
+            launch.active = True
         except BaseException:
             _restore()
             raise
 
 
+def _prune_configs(wrapped, instance, args, kwargs):
+    """``Autotuner.prune_configs``: the plugin's pruning, and, for a subclass with its own
+    ``_batch_bench``, the wrapper that carries reduction and reports into it (on first use)."""
+    configs = launch.prune_wrapper(wrapped, instance, args, kwargs)
+    if type(instance) is not _compat.Autotuner:
+        wrap_batch_bench(type(instance))
+    return configs
+
+
 def _restore() -> None:
+    launch.active = False
     while _installed:
         owner, name, original, ours = _installed.pop()
         if owner.__dict__.get(name) is ours:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from . import _compat
-from .bus import hookimpl
+from .hookspecs import hookimpl
 
 
 def format_record(record) -> str:

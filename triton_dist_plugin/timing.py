@@ -24,7 +24,7 @@ import warnings
 from typing import Callable, Optional
 
 from . import _compat, settings
-from .bus import hookimpl
+from .hookspecs import hookimpl
 
 ENV = "TRITON_BENCH_METHOD"
 METHODS = ("event", "profiler", "npu", "cudagraph", "wall")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .. import _compat
-from ..bus import hookimpl
+from ..hookspecs import hookimpl
 from . import analysis as _analysis
 from . import hardware as _hardware
 from .hints import cross
