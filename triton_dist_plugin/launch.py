@@ -383,20 +383,15 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
     make_call = _make_call_factory(instance, state, args, kwargs, pre, post)
     outcome = None
     group = distributed.kernel_group()
-    if group is not None:
-        distributed.agree(group, state.name, key, [str(c) for c in configs], None)
+    _agree(group, state, key, configs)
 
     def bench():
         nonlocal outcome
-        started = time.perf_counter()
-        failed = precompile(instance, state, args, kwargs, configs) if request.device != "cpu" else {}
-        if request.device != "cpu":
-            request.notes.append(f"compiled {len(configs)} candidates in {time.perf_counter() - started:.2f}s"
-                                 f" ({_precompile.summary()})")
+        failed = _compile_all(instance, state, request, args, kwargs, configs)
         # A candidate that failed to compile is still launched and timed, as upstream does: its
         # hooks and the kernel's own do_bench see the failure (a post_hook gets the exception).
         wrong = check_accuracy(configs, make_call, named, failed) if accuracy_check_enabled(instance) else {}
-        screen = engine.Screen() if settings.value(SEARCH_ENV) != "exhaustive" else None
+        screen = _screen()
         outcome = engine.run_candidates(request, configs, make_call, method=method, do_bench=user_do_bench(instance),
                                         group=group, screen=screen, known_failures=wrong, upstream_errors=True)
         instance.bench_time = outcome.bench_time
@@ -425,6 +420,33 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
 def precompile(instance: Any, state: KernelState, args: tuple, kwargs: dict, configs: list) -> dict:
     """Compile every candidate up front (``precompile.py``); ``{config: reason}`` for failures."""
     return _precompile.precompile(instance.fn, args, kwargs, configs, state.launch_kwargs, state.arg_names)
+
+
+def _compile_all(instance: Any, state: KernelState, request: TuningRequest, args: tuple, kwargs: dict,
+                 configs: list) -> dict:
+    """``precompile`` on a device, with a note in the report; ``{config: reason}`` for failures."""
+    if request.device == "cpu":
+        return {}
+    started = time.perf_counter()
+    failed = precompile(instance, state, args, kwargs, configs)
+    request.notes.append(f"compiled {len(configs)} candidates in {time.perf_counter() - started:.2f}s"
+                         f" ({_precompile.summary()})")
+    return failed
+
+
+def _screen() -> Optional[engine.Screen]:
+    return engine.Screen() if settings.value(SEARCH_ENV) != "exhaustive" else None
+
+
+def _agree(group: Any, state: KernelState, key: Any, configs: list) -> None:
+    """Ranks tuning together check they tune the same key over the same candidates."""
+    if group is not None:
+        distributed.agree(group, state.name, key, [str(c) for c in configs], None)
+
+
+def _record_failure(instance: Any, config: Any, reason: str) -> None:
+    """A subclass keeps its candidates' failure reasons in ``tdp_failures``."""
+    instance.__dict__.setdefault("tdp_failures", {})[config] = reason
 
 
 def accuracy_check_enabled(instance: Any) -> bool:
@@ -511,7 +533,7 @@ def bench_wrapper(wrapped, instance, args, kwargs):
     meta = dict(kwargs)
     config = meta.pop("config")
     state = state_of(instance)
-    _check_conflicts(state.name, {k: v for k, v in meta.items() if k not in ("grid", "warmup")}, [config])
+    _check_conflicts(state.name, split_launch(state, args, meta)[1], [config])
     found = _batch.answer(instance, config, args, meta, lambda configs: _subclass_round(instance, state, args,
                                                                                           meta, configs))
     if found is not None:
@@ -521,7 +543,7 @@ def bench_wrapper(wrapped, instance, args, kwargs):
                                    kernel_name=state.name, key=(), device=device, method=timing.resolve_method(device))
     value, reason = engine.time_one(cand, user_do_bench(instance))
     if reason is not None:
-        instance.__dict__.setdefault("tdp_failures", {})[config] = reason
+        _record_failure(instance, config, reason)
     return engine.raw(value)
 
 
@@ -533,29 +555,27 @@ def batch_bench_wrapper(wrapped, instance, args, kwargs):
     agree and take the slowest), and ``tdp_on_tuned`` receives the record."""
     state = state_of(instance)
     meta = {k: v for k, v in kwargs.items() if k != "configs"}
+    _, launch, named, rest = split_launch(state, args, meta)
     wrong: dict = {}
     configs = kwargs.get("configs")
     if accuracy_check_enabled(instance) and isinstance(configs, (list, tuple)) and len(configs) > 1:
         # Candidates whose results differ never reach the subclass's own timing.
-        named_all = {**dict(zip(state.arg_names, args)), **{k: v for k, v in meta.items() if k in state.arg_set}}
-        wrong = check_accuracy(list(configs), _subclass_calls(instance, state, args, meta), named_all, {})
+        wrong = check_accuracy(list(configs), _subclass_calls(instance, state, args, meta), named, {})
         kwargs = {**kwargs, "configs": [c for c in configs if c not in wrong]}
     timings = wrapped(*args, **kwargs)
     if not isinstance(timings, dict):
         return timings
     for config in wrong:
         timings[config] = list(INF3) if any(isinstance(t, (list, tuple)) for t in timings.values()) else INF3[0]
-        instance.__dict__.setdefault("tdp_failures", {})[config] = wrong[config]
+        _record_failure(instance, config, wrong[config])
     if len(timings) < 2:
         return timings
-    _, launch, named, rest = split_launch(state, args, meta)
     device = _compat.active_device(required=False)
     request = TuningRequest(state.name, state.key(args, launch), device, named, rest, autotuner=instance,
                             grid=meta.get("grid"))
     configs = list(timings)
     group = distributed.kernel_group()
-    if group is not None:
-        distributed.agree(group, state.name, request.key, [str(c) for c in configs], None)
+    _agree(group, state, request.key, configs)
     lists = {c: bus.as_timing(t) if t is not None else list(INF3) for c, t in timings.items()}
     reduced = bus.first_result("tdp_reduce_timings", engine.same_keys(lists), request=request, timings=lists,
                                group=group) or lists
@@ -583,16 +603,12 @@ def _subclass_round(instance: Any, state: KernelState, args: tuple, meta: dict, 
     method = timing.resolve_method(device)
     make_call = _subclass_calls(instance, state, args, meta)
     started = time.perf_counter()
-    if device != "cpu":
-        precompile(instance, state, args, meta, configs)  # failures show again when timed, as upstream
-        request.notes.append(f"compiled {len(configs)} candidates in {time.perf_counter() - started:.2f}s"
-                             f" ({_precompile.summary()})")
-    screen = engine.Screen() if settings.value(SEARCH_ENV) != "exhaustive" else None
+    _compile_all(instance, state, request, args, meta, configs)  # failures show again when timed, as upstream
+    screen = _screen()
     do_bench = user_do_bench(instance)
     wrong = check_accuracy(configs, make_call, named, {}) if accuracy_check_enabled(instance) else {}
     group = distributed.kernel_group()  # only inside tuning_group(): the user asked for it
-    if group is not None:
-        distributed.agree(group, state.name, request.key, [str(c) for c in configs], None)
+    _agree(group, state, request.key, configs)
 
     def measure(candidates: list, **options):
         try:
@@ -606,7 +622,7 @@ def _subclass_round(instance: Any, state: KernelState, args: tuple, meta: dict, 
     outcome = measure(configs, screen=screen)
     timings = _batch.settle(outcome.timings, set(outcome.measured), lambda under: measure(under).timings)
     for config, reason in outcome.failures.items():
-        instance.__dict__.setdefault("tdp_failures", {})[config] = reason
+        _record_failure(instance, config, reason)
     best = min(timings, key=lambda c: timings[c][0])
     engine.record(request, outcome, best, timings, method=method, cache_hit=False)
     return {c: engine.raw(t) for c, t in timings.items()}

@@ -71,8 +71,7 @@ def activate() -> None:
             else:
                 _wrap(cls, "__init__", launch.init_wrapper)
             for sub in _subclasses(cls):  # those defined so far; later ones on their first pruning
-                if "_batch_bench" in sub.__dict__:
-                    _wrap(sub, "_batch_bench", launch.batch_bench_wrapper)
+                _wrap_batch_bench_of(sub)
             bus.load_entry_points()
             launch.active = True
         except BaseException:
@@ -116,10 +115,16 @@ def wrap_batch_bench(cls: type) -> None:
     for klass in cls.__mro__:
         if "_batch_bench" in klass.__dict__:
             with _lock:
-                ours = any(owner is klass and name == "_batch_bench" for owner, name, _, _ in _installed)
-                if _installed and not ours:
-                    _wrap(klass, "_batch_bench", launch.batch_bench_wrapper)
+                if _installed:
+                    _wrap_batch_bench_of(klass)
             return
+
+
+def _wrap_batch_bench_of(klass: type) -> None:
+    """Wrap ``klass``'s own ``_batch_bench`` once (callers hold ``_lock``)."""
+    ours = any(owner is klass and name == "_batch_bench" for owner, name, _, _ in _installed)
+    if "_batch_bench" in klass.__dict__ and not ours:
+        _wrap(klass, "_batch_bench", launch.batch_bench_wrapper)
 
 
 def deactivate() -> None:

@@ -311,7 +311,7 @@ def hooked_inputs(configs: list, args: tuple, meta: dict, kwargs_of: list[dict],
         except Exception:
             continue
         inputs[i] = (tuple(_snapshot(a) for a in args),
-                     {k: (_snapshot(v) if k in named or k in arg_names else v) for k, v in meta.items()})
+                     {k: (_snapshot(v) if k in arg_names else v) for k, v in meta.items()})
     return inputs
 
 
