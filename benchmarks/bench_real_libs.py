@@ -278,18 +278,23 @@ def build_gems_group_mm(torch) -> Case:
     return Case(fwd=lambda: _gems().group_mm(a, b, offs), outputs=lambda c: {"c": c})
 
 
-def build_gems_scaled_mm_int8(torch) -> Case:
-    M, K, N = 4096, 4096, 4096
-    a = _randint(torch, -127, 128, (M, K), torch.int8)
-    b = _randint(torch, -127, 128, (N, K), torch.int8).t()  # column-major, as required
-    a_scale, b_scale = _rand(torch, M, 1, low=1e-4, high=1.1e-3), _rand(torch, 1, N, low=1e-4, high=1.1e-3)
-    c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+def _gems_scaled_mm_case(torch, a, b, a_scale, b_scale) -> Case:
+    """FlagGems' ``cutlass_scaled_mm`` into a bf16 output, for either input format."""
+    c = torch.empty(a.shape[0], b.shape[1], device="cuda", dtype=torch.bfloat16)
 
     def fwd():
         _gems().cutlass_scaled_mm(c, a, b, a_scale, b_scale, None)
         return c
 
     return Case(fwd=fwd, outputs=lambda c: {"c": c})
+
+
+def build_gems_scaled_mm_int8(torch) -> Case:
+    M, K, N = 4096, 4096, 4096
+    a = _randint(torch, -127, 128, (M, K), torch.int8)
+    b = _randint(torch, -127, 128, (N, K), torch.int8).t()  # column-major, as required
+    a_scale, b_scale = _rand(torch, M, 1, low=1e-4, high=1.1e-3), _rand(torch, 1, N, low=1e-4, high=1.1e-3)
+    return _gems_scaled_mm_case(torch, a, b, a_scale, b_scale)
 
 
 def build_gems_scaled_mm_fp8_block(torch) -> Case:
@@ -298,13 +303,7 @@ def build_gems_scaled_mm_fp8_block(torch) -> Case:
     b = _randn(torch, N, K, dtype=torch.float32).to(torch.float8_e4m3fn).t()
     a_scale = _rand(torch, M, K // 128, low=1e-3, high=1.1e-2)
     b_scale = _rand(torch, K // 128, N // 128, low=1e-3, high=1.1e-2)
-    c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-
-    def fwd():
-        _gems().cutlass_scaled_mm(c, a, b, a_scale, b_scale, None)
-        return c
-
-    return Case(fwd=fwd, outputs=lambda c: {"c": c})
+    return _gems_scaled_mm_case(torch, a, b, a_scale, b_scale)
 
 
 def build_fla_l2norm(torch) -> Case:

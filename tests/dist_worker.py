@@ -114,23 +114,30 @@ def scenario_silent_rank(rank, world, group):
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def scenario_kernel_group(rank, world, group):
-    """A plain @triton.autotune kernel tuned over the group: ranks see different costs."""
+class RankCosts:
+    """Each rank sees other costs for the add kernel's blocks: alone, rank 0 picks 128 and rank 1
+    256; with the MAX over both ranks, 512 (128 -> 8, 256 -> 9, 512 -> 6)."""
+
+    COSTS = {0: {128: 1.0, 256: 9.0, 512: 5.0}, 1: {128: 8.0, 256: 2.0, 512: 6.0}}
+
+    def __init__(self, rank):
+        self.costs = self.COSTS[rank]
+
+    @tdp.hookimpl(tryfirst=True)
+    def tdp_time_candidate(self, request):
+        request.call()
+        return self.costs[request.config.kwargs["BLOCK"]]
+
+
+def _alone_and_together(rank, group, make_kernel):
+    """The add kernel's pick tuned alone, then inside ``tuning_group(group)``."""
     from kernels import KERNELS
 
     spec = KERNELS["add"]
-    costs = {0: {128: 1.0, 256: 9.0, 512: 5.0}, 1: {128: 8.0, 256: 2.0, 512: 6.0}}
-
-    class RankCosts:
-        @tdp.hookimpl(tryfirst=True)
-        def tdp_time_candidate(self, request):
-            request.call()
-            return costs[rank][request.config.kwargs["BLOCK"]]
-
-    tdp.register(RankCosts())
+    tdp.register(RankCosts(rank))
     picks = {}
     for label, ctx in (("alone", None), ("together", group)):
-        kernel = triton.autotune(configs=spec.configs("cpu"), key=spec.key)(spec.jit)
+        kernel = make_kernel(spec)
         x, y = spec.make_inputs("tiny", "cpu")
         if ctx is None:
             out = spec.launch(kernel, x, y)
@@ -142,19 +149,15 @@ def scenario_kernel_group(rank, world, group):
     return picks
 
 
+def scenario_kernel_group(rank, world, group):
+    """A plain @triton.autotune kernel tuned over the group: ranks see different costs."""
+    return _alone_and_together(rank, group, lambda spec: triton.autotune(configs=spec.configs("cpu"),
+                                                                        key=spec.key)(spec.jit))
+
+
 def scenario_subclass_group(rank, world, group):
     """A tuner subclass with its own loop over _bench (FlagGems-style), tuned over the group."""
-    from kernels import KERNELS
     from triton_dist_plugin import _compat
-
-    spec = KERNELS["add"]
-    costs = {0: {128: 1.0, 256: 9.0, 512: 5.0}, 1: {128: 8.0, 256: 2.0, 512: 6.0}}
-
-    class RankCosts:
-        @tdp.hookimpl(tryfirst=True)
-        def tdp_time_candidate(self, request):
-            request.call()
-            return costs[rank][request.config.kwargs["BLOCK"]]
 
     class Lib(_compat.Autotuner):
         def run(self, *args, **kwargs):
@@ -166,19 +169,8 @@ def scenario_subclass_group(rank, world, group):
             self.best_config = self.cache[key]
             return self.fn.run(*args, **kwargs, **self.best_config.kwargs)
 
-    tdp.register(RankCosts())
-    picks = {}
-    for label, ctx in (("alone", None), ("together", group)):
-        kernel = Lib(spec.jit, spec.jit.arg_names, spec.configs("cpu"), spec.key, None, None)
-        x, y = spec.make_inputs("tiny", "cpu")
-        if ctx is None:
-            out = spec.launch(kernel, x, y)
-        else:
-            with tdp.tuning_group(ctx):
-                out = spec.launch(kernel, x, y)
-        assert torch.equal(out, x + y)
-        picks[label] = kernel.best_config.kwargs["BLOCK"]
-    return picks
+    return _alone_and_together(rank, group, lambda spec: Lib(spec.jit, spec.jit.arg_names, spec.configs("cpu"),
+                                                             spec.key, None, None))
 
 
 def scenario_all2all(rank, world, group):

@@ -41,7 +41,21 @@ def _options(config):
     return {k: v for k, v in config.all_kwargs().items() if DEVICE != "cpu" or k in keep}
 
 
-class LibTunerLike(_compat.Autotuner):
+class _OwnLoop(_compat.Autotuner):
+    """What every tuner with its own ``run`` below does around its own timing: keep the pick as
+    upstream's ``run`` does (the ``reset_only`` hook, ``configs_timings``), then launch it."""
+
+    def _keep(self, key, timings, kwargs):
+        self.cache[key] = builtins.min(timings, key=timings.get)
+        self.pre_hook({**self.nargs, **kwargs, **self.cache[key].all_kwargs()}, reset_only=True)
+        self.configs_timings = timings
+
+    def _launch(self, key, args, kwargs):
+        self.best_config = self.cache[key]
+        return self.fn.run(*args, **kwargs, **_options(self.best_config))
+
+
+class LibTunerLike(_OwnLoop):
     """FlagGems 5.0's shape: prune, then a policy calls ``bench(config)`` for each survivor."""
 
     def run(self, *args, **kwargs):
@@ -54,16 +68,11 @@ class LibTunerLike(_compat.Autotuner):
             def bench(config):
                 return self._bench(*args, config=config, **kwargs)
 
-            timings = {config: bench(config) for config in pruned}
-            self.cache[key] = builtins.min(timings, key=timings.get)
-            self.pre_hook({**self.nargs, **kwargs, **self.cache[key].all_kwargs()}, reset_only=True)
-            self.configs_timings = timings
-        config = self.cache[key]
-        self.best_config = config
-        return self.fn.run(*args, **kwargs, **_options(config))
+            self._keep(key, {config: bench(config) for config in pruned}, kwargs)
+        return self._launch(key, args, kwargs)
 
 
-class AutoTilingLike(_compat.Autotuner):
+class AutoTilingLike(_OwnLoop):
     """Triton-Ascend 3.2's shape: ``keys`` maps an axis to an argument; configs made per key."""
 
     def run(self, *args, **kwargs):
@@ -73,13 +82,8 @@ class AutoTilingLike(_compat.Autotuner):
         if key not in self.cache:
             self.configs = _configs()
             pruned = self.prune_configs(kwargs)
-            timings = {config: self._bench(*args, config=config, **kwargs) for config in pruned}
-            self.cache[key] = builtins.min(timings, key=timings.get)
-            self.pre_hook({**self.nargs, **kwargs, **self.cache[key].all_kwargs()}, reset_only=True)
-            self.configs_timings = timings
-        config = self.cache[key]
-        self.best_config = config
-        return self.fn.run(*args, **kwargs, **_options(config))
+            self._keep(key, {config: self._bench(*args, config=config, **kwargs) for config in pruned}, kwargs)
+        return self._launch(key, args, kwargs)
 
 
 class CachedLike(_compat.Autotuner):
@@ -186,7 +190,7 @@ def _stand_in_do_bench_npu(funcs, warmup=5, active=30, **options):
     return out
 
 
-class NewerAutoTilingLike(_compat.Autotuner):
+class NewerAutoTilingLike(_OwnLoop):
     """Written like Triton-Ascend's newer ``AutoTilingTuner`` (a source release not on PyPI):
     ``run`` prunes, then ``_batch_bench`` compiles and times every candidate itself, with
     ``self.do_bench`` per config, or its profiler timer over all of them with
@@ -197,12 +201,8 @@ class NewerAutoTilingLike(_compat.Autotuner):
         key = tuple({**self.nargs, **kwargs}[k] for k in self.keys)
         if key not in self.cache:
             pruned = self.prune_configs(kwargs)
-            timings = self._batch_bench(*args, configs=pruned, **kwargs)
-            self.cache[key] = builtins.min(timings, key=timings.get)
-            self.pre_hook({**self.nargs, **kwargs, **self.cache[key].all_kwargs()}, reset_only=True)
-            self.configs_timings = timings
-        self.best_config = self.cache[key]
-        return self.fn.run(*args, **kwargs, **_options(self.best_config))
+            self._keep(key, self._batch_bench(*args, configs=pruned, **kwargs), kwargs)
+        return self._launch(key, args, kwargs)
 
     def _batch_bench(self, *args, configs, **kwargs):
         import os
