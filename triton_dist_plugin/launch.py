@@ -151,6 +151,7 @@ def state_of(tuner: Any) -> KernelState:
     state = tuner.__dict__.get("_tdp_state")
     if state is None:
         state = tuner.__dict__["_tdp_state"] = KernelState(tuner)
+        tuner.__dict__.setdefault("nargs", None)  # upstream's run sets it each time and leaves None
     return state
 
 
@@ -178,8 +179,6 @@ def run_wrapper(wrapped, instance, args, kwargs):
             state.fast[state.key_get(args)] = state.hit(config, instance.fn)
     else:
         config = instance.configs[0]
-        if "nargs" not in instance.__dict__:
-            instance.nargs = None  # upstream sets it during every run and leaves None
     instance.best_config = config
     meta = state.launch_kwargs(config)
     if wrapped is not None and "run" not in instance.__dict__ and _plain_run(instance):

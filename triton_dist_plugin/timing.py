@@ -27,8 +27,9 @@ from . import _compat, settings
 from .hookspecs import hookimpl
 
 ENV = "TRITON_BENCH_METHOD"
-METHODS = ("event", "profiler", "npu", "cudagraph", "wall")
-_ALIASES = {"npu": "profiler", "wallclock": "wall", "cuda_graph": "cudagraph", "": None}
+METHODS = settings.METHODS
+# settings already turned the other spellings (wallclock, cuda_graph) into these names.
+_ALIASES = {"npu": "profiler", "": None}
 
 _warned: set = set()
 _warn_lock = threading.Lock()
