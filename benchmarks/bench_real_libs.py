@@ -588,6 +588,7 @@ class Probe:
             "kernel": name, "phase": self.phase, "seconds": seconds, "via": via, "cls": type(tuner).__name__,
             "n_configs": len(configs), "n_timed": len(timings), "n_failed": len(times) - len(finite),
             "best_ms": min(finite) if finite else None, "pick": str(getattr(tuner, "best_config", None)),
+            "timings": {str(c): _first_time(v) for c, v in timings.items()},
             "pre_hook": sum(1 for c in configs if getattr(c, "pre_hook", None)),
             "reset_to_zero": list(getattr(tuner, "reset_to_zero", []) or []),
             "restore_value": list(getattr(tuner, "restore_value", []) or []),
@@ -956,7 +957,9 @@ def analyse(runs: list, ops: list, modes: list) -> dict:
                                                             "own_run": rec.get("own_run"),
                                                             "own_do_bench": rec.get("own_do_bench"),
                                                             "phase": rec["phase"], "modes": {}})
-                    m = k["modes"].setdefault(mode, {"seconds": [], "picks": [], "n_failed": [], "via": []})
+                    m = k["modes"].setdefault(mode, {"seconds": [], "picks": [], "n_failed": [], "via": [],
+                                                     "timings": []})
+                    m["timings"].append(rec.get("timings"))
                     m["seconds"].append(rec["seconds"])
                     m["picks"].append(rec["pick"])
                     m["n_failed"].append(rec["n_failed"])

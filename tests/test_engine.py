@@ -1,5 +1,6 @@
 """The patched Autotuner on real kernels under the interpreter: upstream semantics, kept."""
 
+import ast
 import inspect
 import math
 import threading
@@ -12,7 +13,7 @@ from helpers import DEVICE, Recorder, rand
 
 import triton_dist_plugin as tdp
 from kernels import KERNELS
-from triton_dist_plugin import _compat, hookimpl
+from triton_dist_plugin import _compat, engine, hookimpl
 
 
 @pytest.fixture
@@ -32,7 +33,8 @@ def test_every_kernel_tunes_runs_and_records_in_upstream_shapes(name, recorder):
     spec, kernel = tuned(name)
     args = spec.make_inputs("tiny", DEVICE)
     out = spec.launch(kernel, *args)
-    torch.testing.assert_close(out, spec.reference(*args), rtol=1e-4, atol=1e-4)
+    tol = 1e-4 if DEVICE == "cpu" or name != "matmul" else 2e-2  # a GPU's float32 dot runs in tf32
+    torch.testing.assert_close(out, spec.reference(*args), rtol=tol, atol=tol)
     assert len(kernel.cache) == 1
     (key, best), = kernel.cache.items()
     assert kernel.best_config is best
@@ -40,7 +42,9 @@ def test_every_kernel_tunes_runs_and_records_in_upstream_shapes(name, recorder):
     assert {str(c) for c in kernel.configs_timings} == {str(c) for c in spec.configs(DEVICE)}
     for timing in kernel.configs_timings.values():
         assert isinstance(timing, list) and len(timing) == 3 and all(t > 0 for t in timing)
-    assert best == min(kernel.configs_timings, key=kernel.configs_timings.get)
+    # The pick is the fastest candidate measured fully (the others may hold a screening round's time).
+    full = {id(r.config) for r in recorder.timed if r.n_repeat is None}
+    assert best == min((c for c in kernel.configs_timings if id(c) in full), key=kernel.configs_timings.get)
     assert [r.key for r in recorder.records] == [key]
     assert recorder.records[0].method == ("wall" if DEVICE == "cpu" else "event")
     assert {r.device for r in recorder.timed} == {DEVICE}
@@ -159,7 +163,7 @@ GRID = lambda n: lambda m: (triton.cdiv(n, m["BLOCK"]),)  # noqa: E731
 
 def test_reset_to_zero_is_applied_before_every_run_and_the_final_launch():
     kernel = triton.autotune(configs=CONFIGS, key=["n"], reset_to_zero=["out"])(_accumulate)
-    x, out = rand(100), torch.full((100,), 7.0)
+    x, out = rand(100), torch.full((100,), 7.0, device=DEVICE)
     kernel[GRID(100)](x, out, 100)
     torch.testing.assert_close(out, x)
 
@@ -258,6 +262,63 @@ def test_kernels_own_do_bench_wins_over_every_hook(recorder):
     _launch_copy(kernel)
     assert len(calls) == 2 and not recorder.timed
     assert kernel.best_config is CONFIGS[0]
+
+
+def _own_bench(tuner):
+    """The benchmarker upstream's ``__init__`` stored (3.4+ keeps it in ``_do_bench``)."""
+    return tuner.__dict__.get("_do_bench") or tuner.__dict__.get("do_bench")
+
+
+@pytest.mark.filterwarnings("ignore:warmup, rep, and use_cuda_graph:DeprecationWarning")
+def test_a_compile_errors_reason_keeps_its_message():
+    from triton.compiler.errors import CompileTimeAssertionFailure
+
+    node = ast.parse("tl.static_assert(False)").body[0]
+    exc = CompileTimeAssertionFailure("def k(BLOCK):\n    tl.static_assert(False)", node, "BLOCK must be a power of 2")
+    assert engine.describe(exc) == "CompileTimeAssertionFailure: at 1:0: BLOCK must be a power of 2"
+    assert engine.describe(exc).exc is exc
+    assert engine.describe(ValueError("first line\nsecond")) == "ValueError: first line"
+
+
+def test_screening_stands_in_only_for_tritons_own_event_timer(monkeypatch):
+    from triton_dist_plugin import launch
+
+    def build(**kw):
+        return _compat.Autotuner(_copy, _copy.arg_names, CONFIGS, ["n"], None, None, **kw)
+
+    counts = build(warmup=5, rep=10)  # upstream times with triton.testing.do_bench(warmup=5, rep=10)
+    assert isinstance(launch.screen_for(counts, _own_bench(counts)), engine.Screen)
+    assert isinstance(launch.screen_for(build(), None), engine.Screen)
+    graphs = build(rep=10, use_cuda_graph=True)  # graph replays are not what events time
+    assert launch.screen_for(graphs, _own_bench(graphs)) is None
+    own = build(do_bench=lambda fn, quantiles: [1.0, 1.0, 1.0])  # a lambda, but the kernel's own
+    assert launch.screen_for(own, _own_bench(own)) is None
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_SEARCH", "exhaustive")
+    assert launch.screen_for(counts, _own_bench(counts)) is None
+
+
+def test_screening_with_a_do_bench_times_only_the_finalists_with_it(recorder):
+    configs = [triton.Config({"BLOCK": b}) for b in (16, 32, 64, 128, 256, 512)]
+    x = rand(500)
+    y = torch.zeros_like(x)
+    fully = []
+
+    def bench(fn, quantiles):
+        fn()
+        fully.append(fn)
+        return [1.0, 1.0, 1.0]
+
+    def make_call(config):
+        return lambda: _copy[(triton.cdiv(500, config.kwargs["BLOCK"]),)](x, y, 500, **config.kwargs)
+
+    request = tdp.TuningRequest("copy", (500,), DEVICE)
+    outcome = engine.run_candidates(request, configs, make_call, method="wall", do_bench=bench,
+                                    screen=engine.Screen())
+    torch.testing.assert_close(y, x)
+    assert [r.n_repeat for r in recorder.timed].count(5) == 6  # every candidate screened...
+    assert len(fully) == 2 and sorted(map(str, outcome.measured)) == sorted(  # ...two measured by do_bench
+        str(c) for c in configs if outcome.timings[c] == [1.0, 1.0, 1.0])
+    assert outcome.best in outcome.measured
 
 
 def test_timing_plugin_replaces_the_builtin_and_floats_are_normalised(plugins):
@@ -403,7 +464,7 @@ def test_threads_with_different_keys_get_correct_results():
             barrier.wait()
             for i in range(3):
                 # Tuning zeroes `out` (reset_to_zero); a cache-hit launch does not, as upstream.
-                x, out = rand(n), torch.full((n,), 5.0) if i == 0 else torch.zeros(n)
+                x, out = rand(n), torch.full((n,), 5.0, device=DEVICE) if i == 0 else torch.zeros(n, device=DEVICE)
                 kernel[GRID(n)](x, out, n)
                 torch.testing.assert_close(out, x)
                 done.append(n)

@@ -9,6 +9,7 @@ timings through ``tdp_reduce_timings`` and picks the fastest valid one.
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
@@ -36,6 +37,9 @@ class Outcome:
     measured: list = field(default_factory=list)
 
 
+_POSITION = re.compile(r"at \d+:\d+:")
+
+
 class Reason(str):
     """A failed candidate's one-line reason; ``exc`` is the exception behind it, if any."""
 
@@ -43,9 +47,18 @@ class Reason(str):
 
 
 def describe(exc: BaseException) -> Reason:
-    """A one-line reason for a failed candidate: the exception type and its first line."""
-    text = str(exc).strip().splitlines()
-    reason = Reason(f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__)
+    """A one-line reason for a failed candidate: the exception type and its first line.
+
+    Triton's compile errors start with the failing line's position and source; their message
+    (``static_assert``'s text, say) comes last, so it joins the position.
+    """
+    text = [line for line in str(exc).strip().splitlines() if line.strip()]
+    first = text[0] if text else ""
+    if _POSITION.fullmatch(first) and len(text) > 1:
+        message = getattr(exc, "error_message", None) or next(
+            line.strip() for line in reversed(text) if line.strip() != "^")  # else the failing line itself
+        first = f"{first} {str(message).strip().splitlines()[0]}"
+    reason = Reason(f"{type(exc).__name__}: {first[:300]}" if first else type(exc).__name__)
     reason.exc = exc
     return reason
 
@@ -174,8 +187,9 @@ def run_candidates(
 ) -> Outcome:
     """Time the candidates, reduce over ``group``, pick the fastest; raise if none is valid.
 
-    With ``screen``, every candidate first gets a short round, the survivors a longer one, and
-    only the best of those the full measurement (the pick is always among those measured fully).
+    With ``screen``, every candidate first gets a short round (through ``tdp_time_candidate``),
+    the survivors a longer one, and only the best of those the full measurement, by ``do_bench``
+    where given (the pick is always among those measured fully).
     ``known_failures`` are candidates already known not to work (a failed compile, a wrong
     result): never timed. With ``upstream_errors`` (the ``Autotuner`` front ends), a tuning in
     which no candidate works raises the first failure upstream would have let through, if any
@@ -197,7 +211,7 @@ def run_candidates(
             timings[config], failures[config] = list(INF3), describe(exc)
     runnable = [c for c in configs if c in calls]
     finalists = runnable
-    if screen is not None and do_bench is None and len(runnable) >= screen.min_candidates:
+    if screen is not None and len(runnable) >= screen.min_candidates:
         first, failed = _round(request, runnable, calls, method, None, screen.n_warmup, screen.n_repeat, group,
                                on_candidate)
         timings.update(first)

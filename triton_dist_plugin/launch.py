@@ -16,7 +16,7 @@ import operator
 import threading
 import time
 import weakref
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from . import _compat, bus, direct, distributed, engine, settings, timing
 from . import batch as _batch
@@ -293,9 +293,28 @@ def user_do_bench(instance: Any):
     bench = instance.__dict__.get("do_bench")
     if bench is None or isinstance(bench, HookBench) or bench is _eager_marker or _is_default(bench):
         bench = instance.__dict__.get("_do_bench") if _compat.LAZY_BENCH else None
-    if bench is not None and _compat.interpret() and getattr(bench, "__module__", None) == _compat.Autotuner.__module__:
+    if bench is not None and _compat.interpret() and _from_deprecated_counts(bench):
         return None
     return bench
+
+
+def _from_deprecated_counts(bench: Any) -> bool:
+    """The benchmarker upstream's ``__init__`` builds from ``warmup=``/``rep=``/``use_cuda_graph=``."""
+    return getattr(bench, "__module__", None) == _compat.Autotuner.__module__ and \
+        getattr(bench, "__name__", None) == "<lambda>"
+
+
+def screen_for(instance: Any, do_bench: Optional[Callable]) -> Optional[engine.Screen]:
+    """The screening rounds for this kernel, or None to time every candidate fully.
+
+    Screening times with device events, as Triton's ``do_bench`` does, so it stands in only for
+    that: the default benchmarker, or the one upstream builds from the deprecated ``warmup=`` and
+    ``rep=`` (``do_bench`` with other budgets; the finalists are still timed by it). A kernel's
+    own timer, or ``use_cuda_graph=True``, measures what events may not: it times every candidate.
+    """
+    if do_bench is not None and (not _from_deprecated_counts(do_bench) or getattr(instance, "use_cuda_graph", False)):
+        return None
+    return engine.Screen() if settings.value(SEARCH_ENV) != "exhaustive" else None
 
 
 def _is_default(bench: Any) -> bool:
@@ -390,9 +409,10 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
         # A candidate that failed to compile is still launched and timed, as upstream does: its
         # hooks and the kernel's own do_bench see the failure (a post_hook gets the exception).
         wrong = check_accuracy(configs, make_call, named, failed) if accuracy_check_enabled(instance) else {}
-        screen = _screen()
-        outcome = engine.run_candidates(request, configs, make_call, method=method, do_bench=user_do_bench(instance),
-                                        group=group, screen=screen, known_failures=wrong, upstream_errors=True)
+        do_bench = user_do_bench(instance)
+        outcome = engine.run_candidates(request, configs, make_call, method=method, do_bench=do_bench, group=group,
+                                        screen=screen_for(instance, do_bench), known_failures=wrong,
+                                        upstream_errors=True)
         instance.bench_time = outcome.bench_time
         instance.configs_timings = {c: engine.raw(t) for c, t in outcome.timings.items()}
         instance.cache[key] = outcome.best
@@ -431,10 +451,6 @@ def _compile_all(instance: Any, state: KernelState, request: TuningRequest, args
     request.notes.append(f"compiled {len(configs)} candidates in {time.perf_counter() - started:.2f}s"
                          f" ({_precompile.summary()})")
     return failed
-
-
-def _screen() -> Optional[engine.Screen]:
-    return engine.Screen() if settings.value(SEARCH_ENV) != "exhaustive" else None
 
 
 def _agree(group: Any, state: KernelState, key: Any, configs: list) -> None:
@@ -603,8 +619,8 @@ def _subclass_round(instance: Any, state: KernelState, args: tuple, meta: dict, 
     make_call = _subclass_calls(instance, state, args, meta)
     started = time.perf_counter()
     _compile_all(instance, state, request, args, meta, configs)  # failures show again when timed, as upstream
-    screen = _screen()
     do_bench = user_do_bench(instance)
+    screen = screen_for(instance, do_bench)
     wrong = check_accuracy(configs, make_call, named, {}) if accuracy_check_enabled(instance) else {}
     group = distributed.kernel_group()  # only inside tuning_group(): the user asked for it
     _agree(group, state, request.key, configs)
