@@ -12,7 +12,7 @@ from triton import knobs
 
 import triton_dist_plugin  # noqa: F401  (patches Triton)
 from kernels import KERNELS
-from triton_dist_plugin import direct, launch
+from triton_dist_plugin import direct, kernel_state
 
 sys.path.insert(0, "benchmarks")
 from _common import save_results  # noqa: E402
@@ -38,7 +38,7 @@ k1 = tuned[grid](x, y, o, n)
 o.zero_()
 k1b = tuned[grid](x, y, o, n)
 torch.cuda.synchronize()
-st = launch.state_of(tuned)
+st = kernel_state.state_of(tuned)
 hit = st.fast[st.key_get((x, y, o, n))]
 launcher = hit[2]
 check("a direct launcher serves the tuned key", launcher is not None and not launcher.off)
@@ -101,7 +101,7 @@ c2 = mm.launch(tuned_mm, a, bt)
 c2 = mm.launch(tuned_mm, a, bt)
 ref = a.float() @ b.float()
 torch.cuda.synchronize()
-mm_state = launch.state_of(tuned_mm)
+mm_state = kernel_state.state_of(tuned_mm)
 mm_launchers = [h[2] for h in mm_state.fast.values()]
 check("matmul: one launcher, two specialisations",
       len(mm_launchers) == 1 and mm_launchers[0] is not None and len(mm_launchers[0].table) == 2)

@@ -8,7 +8,7 @@ import triton
 
 import triton_dist_plugin  # noqa: F401  (patches Triton)
 from kernels import KERNELS
-from triton_dist_plugin import launch
+from triton_dist_plugin import kernel_state
 
 add = KERNELS["add"]
 n = 1 << 12
@@ -19,13 +19,13 @@ tuned = triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w) for b 
 grid = lambda m: (triton.cdiv(n, m["BLOCK"]),)  # noqa: E731
 tuned[grid](x, y, o, n)
 best = tuned.best_config
-meta = launch.state_of(tuned).launch_kwargs(best)
+meta = kernel_state.state_of(tuned).launch_kwargs(best)
 dgrid = (triton.cdiv(n, best.kwargs["BLOCK"]),)
 
 
 from _common import host_loop as per_call  # noqa: E402
 
-st = launch.state_of(tuned)
+st = kernel_state.state_of(tuned)
 args = (x, y, o, n)
 print("fast run installed:", "run" in tuned.__dict__, "fast entries:", len(st.fast), st.cache_len, len(tuned.cache))
 rows = {

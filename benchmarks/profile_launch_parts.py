@@ -12,7 +12,7 @@ import triton
 
 import triton_dist_plugin  # noqa: F401
 from kernels import KERNELS
-from triton_dist_plugin import direct, launch
+from triton_dist_plugin import direct, kernel_state
 
 sys.path.insert(0, "benchmarks")
 from _common import host_loop, save_results  # noqa: E402
@@ -35,7 +35,7 @@ del os.environ[direct.DIRECT_ENV]
 torch.cuda.synchronize()
 best = tuned.best_config
 BL, NW = best.kwargs["BLOCK"], best.num_warps
-st = launch.state_of(tuned)
+st = kernel_state.state_of(tuned)
 meta = st.launch_kwargs(best)
 add_kernel[(triton.cdiv(n, BL),)](x, y, o, n, BLOCK=BL, num_warps=NW)
 add_kernel[(triton.cdiv(n, BL),)](x, y, o, n, **meta)

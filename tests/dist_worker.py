@@ -114,6 +114,13 @@ def scenario_silent_rank(rank, world, group):
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def scenario_dead_rank(rank, world, group):
+    """Rank 1 leaves at once (its connections close) while rank 0 starts tuning with it."""
+    if rank == 1:
+        return {"error": None}
+    return scenario_silent_rank(rank, world, group)
+
+
 class RankCosts:
     """Each rank sees other costs for the add kernel's blocks: alone, rank 0 picks 128 and rank 1
     256; with the MAX over both ranks, 512 (128 -> 8, 256 -> 9, 512 -> 6)."""

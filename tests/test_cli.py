@@ -85,3 +85,21 @@ def test_clear_needs_a_name_or_all(homes):
     assert "scaled_sum" not in cli("list").stdout
     assert "cleared 1 entries" in cli("clear", "--all").stdout
     assert "nothing tuned yet" in cli("list").stdout
+
+
+@pytest.mark.parametrize("bad", [{"candidates": [1, 2]}, {"candidates": "abc"}, {"timestamp": 5},
+                                 {"configs_timings": "x"}, {"configs_timings": [[1, 2]]}])
+def test_a_cache_file_with_wrong_field_types_is_skipped_with_a_warning(homes, bad):
+    if "configs_timings" in bad:
+        path = homes / "triton-cache" / "3f2a" / "bad.autotune.json"
+        path.write_text(json.dumps({"key": [1], **bad}))
+    else:
+        good = next((homes / ".triton_dist" / "autotune").glob("*/*.json"))
+        path = good.with_name("bad.json")
+        path.write_text(json.dumps({**json.loads(good.read_text()), **bad}))
+    for command in ("list", "show", "export"):
+        result = cli(command, *(["scaled_sum"] if command == "show" else []))
+        assert result.returncode == 0, result.stderr
+        assert f"skipping {path}" in result.stderr
+    listed = cli("list").stdout
+    assert sum("scaled_sum" in line for line in listed.splitlines()) == 2  # the good entries still show

@@ -45,7 +45,7 @@ def test_interpreter_never_launches_directly(monkeypatch):
     out = KERNELS["add"].launch(tuned, x, y)
     out = KERNELS["add"].launch(tuned, x, y)
     assert (out == x + y).all()
-    from triton_dist_plugin import launch
+    from triton_dist_plugin import kernel_state
 
-    hits = list(launch.state_of(tuned).fast.values())
+    hits = list(kernel_state.state_of(tuned).fast.values())
     assert hits and all(hit[2] is None for hit in hits)

@@ -84,6 +84,13 @@ def test_a_rank_that_never_arrives_times_out_instead_of_hanging(tmp_path):
     assert "no agreement across ranks within 3s" in results[0]["error"]
 
 
+def test_a_rank_that_exits_is_reported_as_gone_not_as_a_timeout(tmp_path):
+    results = run_ranks("dead_rank", 2, tmp_path, timeout_s="30")
+    error = results[0]["error"]
+    assert "another rank exited, crashed or closed its connection" in error, error
+    assert "no agreement" not in error and results[0]["seconds"] < 20
+
+
 def test_plain_kernel_tuned_over_a_group_ends_with_one_config(tmp_path):
     results = run_ranks("kernel_group", 2, tmp_path)
     assert [r["alone"] for r in results] == [128, 256]  # alone, each rank picks its own favourite

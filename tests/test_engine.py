@@ -281,20 +281,20 @@ def test_a_compile_errors_reason_keeps_its_message():
 
 
 def test_screening_stands_in_only_for_tritons_own_event_timer(monkeypatch):
-    from triton_dist_plugin import launch
+    from triton_dist_plugin import benchmarker
 
     def build(**kw):
         return _compat.Autotuner(_copy, _copy.arg_names, CONFIGS, ["n"], None, None, **kw)
 
     counts = build(warmup=5, rep=10)  # upstream times with triton.testing.do_bench(warmup=5, rep=10)
-    assert isinstance(launch.screen_for(counts, _own_bench(counts)), engine.Screen)
-    assert isinstance(launch.screen_for(build(), None), engine.Screen)
+    assert isinstance(benchmarker.screen_for(counts, _own_bench(counts)), engine.Screen)
+    assert isinstance(benchmarker.screen_for(build(), None), engine.Screen)
     graphs = build(rep=10, use_cuda_graph=True)  # graph replays are not what events time
-    assert launch.screen_for(graphs, _own_bench(graphs)) is None
+    assert benchmarker.screen_for(graphs, _own_bench(graphs)) is None
     own = build(do_bench=lambda fn, quantiles: [1.0, 1.0, 1.0])  # a lambda, but the kernel's own
-    assert launch.screen_for(own, _own_bench(own)) is None
+    assert benchmarker.screen_for(own, _own_bench(own)) is None
     monkeypatch.setenv("TRITON_DIST_AUTOTUNE_SEARCH", "exhaustive")
-    assert launch.screen_for(counts, _own_bench(counts)) is None
+    assert benchmarker.screen_for(counts, _own_bench(counts)) is None
 
 
 def test_screening_with_a_do_bench_times_only_the_finalists_with_it(recorder):

@@ -116,17 +116,46 @@ def test_version_check_refuses_a_cache_from_other_versions(tunings, cache_dir, m
     assert len(tunings.records) == 2
 
 
-@pytest.mark.parametrize("damage", ["{not json", "", '["a list"]', '{"format": 1, "pick": 99}'])
+DAMAGE = {"not json": b"{not json", "empty": b"", "a list": b'["a list"]', "pick out of range":
+          b'{"format": 1, "pick": 99}', "binary": bytes(range(256)) * 4, "nested 100000 deep": b"[" * 100_000}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
 def test_corrupt_or_truncated_cache_is_reported_ignored_and_replaced(tunings, cache_dir, damage):
     x = torch.randn(1000, device=DEVICE)
     make_scale()(x, 2.0)
     (path,) = entries(cache_dir)
-    path.write_text(damage)
+    path.write_bytes(DAMAGE[damage])
     with pytest.warns(RuntimeWarning, match="autotune cache"):
         y = make_scale()(x, 2.0)
     torch.testing.assert_close(y, 2.0 * x)
     assert len(tunings.records) == 2
     assert json.loads(path.read_text())["pick"] in range(4)
+
+
+@pytest.mark.parametrize("blocker", ["parent is a file", "read-only"])
+def test_an_unwritable_cache_keeps_the_pick_in_memory_and_returns_the_result(tunings, tmp_path, monkeypatch,
+                                                                             blocker):
+    import os
+
+    if blocker == "parent is a file":
+        (tmp_path / "file").write_text("")
+        root = tmp_path / "file" / "autotune"
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only directories")
+        root = tmp_path / "ro"
+        root.mkdir()
+        root.chmod(0o500)
+    monkeypatch.setenv(cache.ROOT_ENV, str(root))
+    x = torch.randn(1000, device=DEVICE)
+    scale = make_scale()
+    with pytest.warns(RuntimeWarning, match=f"cannot write the autotune cache in {root}.*kept in memory"):
+        y = scale(x, 2.0)
+    torch.testing.assert_close(y, 2.0 * x)
+    assert len(tunings.records) == 1 and len(scale.best_configs) == 1
+    scale(x, 2.0)  # the pick in memory serves the next call: no second tuning
+    assert len(tunings.records) == 1
 
 
 def test_autotune_false_uses_the_first_config_without_key_or_prune():

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from . import _compat, distributed, engine, launch, settings
+from . import _compat, candidates, distributed, engine, kernel_state, settings
 from .requests import TuningRecord, TuningRequest
 
 LOG_DIR = Path(".autotune_logs")
@@ -100,24 +100,24 @@ class Session:
                 index = entry.fallback()
 
     def _register(self, tuner, state, key, args, kwargs) -> Entry:
-        nargs, _, named, meta = launch.split_launch(state, args, kwargs)
+        nargs, _, named, meta = candidates.split_launch(state, args, kwargs)
         request = TuningRequest(state.name, key, self.device, named, meta, autotuner=tuner, grid=kwargs.get("grid"))
         tuner.nargs = nargs
         try:  # explicit configs through Triton's pruning, or generated ones for configs=[]
-            configs = list(launch._candidates(tuner, state, request, kwargs))
+            configs = list(candidates.select_configs(tuner, state, request, kwargs))
         finally:
             tuner.nargs = None
         entry = Entry(tuner, state, key, configs)
         if self.device != "cpu":  # compile every candidate up front, in parallel, as plain tuning does
-            for config, reason in launch.precompile(tuner, state, args, kwargs, configs).items():
+            for config, reason in candidates.precompile(tuner, state, args, kwargs, configs).items():
                 entry.invalid[configs.index(config)] = reason
         self.log(f"registered {state.name} key={key} with {len(configs)} candidates")
         return entry
 
     def _run(self, entry: Entry, index: int, args: tuple, kwargs: dict, timed: bool):
         config = entry.configs[index]
-        pre, post = launch._hooks(entry.tuner)
-        call = launch._make_call_factory(entry.tuner, entry.state, args, kwargs, pre, post)(config)
+        pre, post = candidates.call_hooks(entry.tuner)
+        call = candidates.make_call_factory(entry.tuner, entry.state, args, kwargs, pre, post)(config)
         if not timed:
             return call()
         if self.device == "cpu":
@@ -167,7 +167,7 @@ class ContextualAutoTuner:
 
                 rank = dist.get_rank()
             session = Session(self.fn.__qualname__, self.n_warmup, self.n_repeat, rank)
-            launch.session = session
+            kernel_state.session = session
             try:
                 result = self.fn(*args, **kwargs)  # discover the kernels that need tuning
                 session.collect()
@@ -179,12 +179,12 @@ class ContextualAutoTuner:
                         break
                     self._tune(session, entry, args, kwargs, group)
             finally:
-                launch.session = None
+                kernel_state.session = None
                 self._write_log(session)
             self._commit(session)
             return self.fn(*args, **kwargs)
         finally:
-            launch.session = None
+            kernel_state.session = None
             _active_lock.release()
 
     def _tune(self, session: Session, entry: Entry, args: tuple, kwargs: dict, group: Any) -> None:

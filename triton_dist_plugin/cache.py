@@ -161,21 +161,23 @@ def with_suppress(fn: Callable, *args: Any) -> None:
 
 
 def read_json(path: Path) -> Optional[dict]:
-    """The JSON object at ``path``; None if absent; None with a warning if unreadable or corrupt."""
+    """The JSON object at ``path``; None if absent; None with a warning if unreadable or corrupt
+    (not UTF-8, not JSON, nested too deeply to parse, or not an object)."""
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as exc:
         warnings.warn(f"cannot read autotune cache {path}: {exc}; it will be re-tuned", RuntimeWarning, stacklevel=2)
         return None
     try:
-        data = json.loads(text)
+        data = json.loads(raw.decode("utf-8"))  # UnicodeDecodeError is a ValueError
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
         return data
-    except ValueError as exc:
-        warnings.warn(f"corrupt autotune cache {path} ({exc}); ignoring it, it will be re-tuned and replaced",
+    except (ValueError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+        warnings.warn(f"corrupt autotune cache {path} ({reason}); ignoring it, it will be re-tuned and replaced",
                       RuntimeWarning, stacklevel=2)
         return None
 

@@ -50,14 +50,32 @@ def _ms(value) -> Optional[float]:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
+def _skip(path: Path, reason: str) -> None:
+    print(f"triton-dist-tune: skipping {path}: {reason}", file=sys.stderr)
+
+
+def _check(record: dict, fields: dict) -> None:
+    """Raise ``ValueError`` naming the first field of ``record`` that has another type."""
+    for name, kind in fields.items():
+        if name in record and not isinstance(record[name], kind):
+            raise ValueError(f"field {name!r} is {type(record[name]).__name__}, expected {kind.__name__}")
+
+
 def function_entries() -> list[Entry]:
     out = []
     for path in sorted(cache.cache_root().glob("*/*.json")):
         rec = cache.read_json(path)
         if rec is None or "pick" not in rec:
             continue
-        cands = [{"config": c.get("config"), "ms": _ms(c.get("ms")), "failure": c.get("failure")}
-                 for c in rec.get("candidates", [])]
+        try:
+            _check(rec, {"function": str, "key": str, "pick_config": str, "timestamp": str, "candidates": list})
+            if not all(isinstance(c, dict) for c in rec.get("candidates", [])):
+                raise ValueError("field 'candidates' holds something other than objects")
+            cands = [{"config": str(c.get("config")), "ms": _ms(c.get("ms")), "failure": c.get("failure")}
+                     for c in rec.get("candidates", [])]
+        except ValueError as exc:
+            _skip(path, str(exc))
+            continue
         best = min((c["ms"] for c in cands if c["ms"] is not None), default=None)
         out.append(Entry("function", rec.get("function", path.parent.name), rec.get("key", "?"),
                          rec.get("pick_config", "?"), best, rec.get("timestamp", ""), str(path), cands))
@@ -65,26 +83,40 @@ def function_entries() -> list[Entry]:
 
 
 def kernel_entries() -> list[Entry]:
+    import datetime as dt
+
     out = []
     for path in sorted(kernel_cache_root().glob("*/*.autotune.json")):
         rec = cache.read_json(path)
         if rec is None or "configs_timings" not in rec:
             continue
-        cands = []
-        for config, timing in rec["configs_timings"]:
-            kwargs = dict(config.get("kwargs", {}))
-            opts = {k: v for k, v in config.items() if k not in ("kwargs", "pre_hook") and v is not None}
-            cands.append({"config": ", ".join(f"{k}={v}" for k, v in {**kwargs, **opts}.items()), "ms": _ms(timing),
-                          "failure": None if _ms(timing) is not None else "inf"})
+        try:
+            cands = [_kernel_candidate(item) for item in _pairs(rec["configs_timings"])]
+            when = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc).isoformat()
+        except (ValueError, OSError) as exc:
+            _skip(path, str(exc))
+            continue
         valid = [c for c in cands if c["ms"] is not None]
         best = min(valid, key=lambda c: c["ms"]) if valid else None
-        when = Path(path).stat().st_mtime
-        import datetime as dt
-
         out.append(Entry("kernel", path.name[: -len(".autotune.json")], str(rec.get("key")),
-                         best["config"] if best else "-", best["ms"] if best else None,
-                         dt.datetime.fromtimestamp(when, dt.timezone.utc).isoformat(), str(path), cands))
+                         best["config"] if best else "-", best["ms"] if best else None, when, str(path), cands))
     return out
+
+
+def _pairs(value) -> list:
+    if not isinstance(value, list) or not all(isinstance(p, list) and len(p) == 2 for p in value):
+        raise ValueError("field 'configs_timings' is not a list of [config, timing] pairs")
+    return value
+
+
+def _kernel_candidate(pair: list) -> dict:
+    config, timing = pair
+    if not isinstance(config, dict) or not isinstance(config.get("kwargs", {}), dict):
+        raise ValueError("a config in 'configs_timings' is not an object with 'kwargs'")
+    kwargs = dict(config.get("kwargs", {}))
+    opts = {k: v for k, v in config.items() if k not in ("kwargs", "pre_hook") and v is not None}
+    return {"config": ", ".join(f"{k}={v}" for k, v in {**kwargs, **opts}.items()), "ms": _ms(timing),
+            "failure": None if _ms(timing) is not None else "inf"}
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import hashlib
+import time
 from datetime import timedelta
 from typing import Any, Iterator, Optional
 
@@ -90,13 +91,20 @@ def _device_for(group: Any) -> str:
 
 
 def _wait(work: Any, what: str) -> None:
+    limit = timeout().total_seconds()
+    started = time.monotonic()
     try:
         ok = work.wait(timeout())
     except RuntimeError as exc:
-        raise RuntimeError(f"{what}: no agreement across ranks within {timeout().total_seconds():.0f}s "
-                           f"({TIMEOUT_ENV}); another rank failed, diverged or did not enter tuning ({exc})") from exc
+        waited = time.monotonic() - started
+        if waited < 0.9 * limit:  # not the timeout: a peer went away (its connection closed or reset)
+            raise RuntimeError(f"{what}: the collective failed after {waited:.1f}s, well before the {limit:.0f}s "
+                               f"timeout ({TIMEOUT_ENV}): another rank exited, crashed or closed its connection "
+                               f"({exc})") from exc
+        raise RuntimeError(f"{what}: no agreement across ranks within {limit:.0f}s ({TIMEOUT_ENV}); another "
+                           f"rank failed, diverged or did not enter tuning ({exc})") from exc
     if ok is False:
-        raise RuntimeError(f"{what}: timed out after {timeout().total_seconds():.0f}s ({TIMEOUT_ENV})")
+        raise RuntimeError(f"{what}: timed out after {limit:.0f}s ({TIMEOUT_ENV})")
 
 
 def all_reduce_max(values: list[float], group: Any, what: str = "timing reduction") -> list[float]:

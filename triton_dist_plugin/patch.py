@@ -17,7 +17,7 @@ import warnings
 
 import wrapt
 
-from . import _compat, bus, launch
+from . import _compat, benchmarker, bus, kernel_state, launch, subclass
 
 _lock = threading.Lock()
 _installed: list[tuple[type, str, object, object]] = []  # (owner, attribute, original, ours)
@@ -55,7 +55,7 @@ def activate() -> None:
         cls = _compat.Autotuner
         try:
             _wrap(cls, "run", launch.run_wrapper)
-            _wrap(cls, "_bench", launch.bench_wrapper)
+            _wrap(cls, "_bench", subclass.bench_wrapper)
             _wrap(cls, "prune_configs", _prune_configs)
             import triton
             import triton.runtime
@@ -65,15 +65,15 @@ def activate() -> None:
                     _wrap_module(module, "autotune", launch.autotune_wrapper)
             if _compat.LAZY_BENCH:
                 original = cls.__dict__["do_bench"]
-                ours = launch.DoBench(original.__doc__)
+                ours = benchmarker.DoBench(original.__doc__)
                 cls.do_bench = ours
                 _installed.append((cls, "do_bench", original, ours))
             else:
-                _wrap(cls, "__init__", launch.init_wrapper)
+                _wrap(cls, "__init__", benchmarker.init_wrapper)
             for sub in _subclasses(cls):  # those defined so far; later ones on their first pruning
                 _wrap_batch_bench_of(sub)
             bus.load_entry_points()
-            launch.active = True
+            kernel_state.active = True
         except BaseException:
             _restore()
             raise
@@ -82,14 +82,14 @@ def activate() -> None:
 def _prune_configs(wrapped, instance, args, kwargs):
     """``Autotuner.prune_configs``: the plugin's pruning, and, for a subclass with its own
     ``_batch_bench``, the wrapper that carries reduction and reports into it (on first use)."""
-    configs = launch.prune_wrapper(wrapped, instance, args, kwargs)
+    configs = subclass.prune_wrapper(wrapped, instance, args, kwargs)
     if type(instance) is not _compat.Autotuner:
         wrap_batch_bench(type(instance))
     return configs
 
 
 def _restore() -> None:
-    launch.active = False
+    kernel_state.active = False
     while _installed:
         owner, name, original, ours = _installed.pop()
         if owner.__dict__.get(name) is ours:
@@ -124,16 +124,16 @@ def _wrap_batch_bench_of(klass: type) -> None:
     """Wrap ``klass``'s own ``_batch_bench`` once (callers hold ``_lock``)."""
     ours = any(owner is klass and name == "_batch_bench" for owner, name, _, _ in _installed)
     if "_batch_bench" in klass.__dict__ and not ours:
-        _wrap(klass, "_batch_bench", launch.batch_bench_wrapper)
+        _wrap(klass, "_batch_bench", subclass.batch_bench_wrapper)
 
 
 def deactivate() -> None:
     """Restore every attribute ``activate()`` replaced, exactly. Tuned picks stay cached."""
     with _lock:
         _restore()
-        for tuner in list(launch.fast_instances):
+        for tuner in list(kernel_state.fast_instances):
             if tuner.__dict__.get("run") is not None and getattr(tuner.__dict__["run"], "__qualname__", "").startswith(
                 "_fast_run"
             ):
                 del tuner.__dict__["run"]
-        launch.fast_instances.clear()
+        kernel_state.fast_instances.clear()

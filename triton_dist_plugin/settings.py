@@ -127,6 +127,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TRITON_DIST_AUTOTUNE_TIMEOUT", "seconds", "`300`",
             "how long each collective of distributed tuning waits for the other ranks", _seconds(300.0),
             "a positive number of seconds, such as 300"),
+    Setting("TRITON_DIST_AUTOTUNE_ON_CAPTURE", "choice", "`error`",
+            "a key never tuned, met while a CUDA graph is captured: `error` raises before anything is enqueued; "
+            "`fallback` launches the nearest tuned key's pick (else the first config) and warns",
+            _choice("error", "error", "fallback"), "error, fallback"),
     Setting("TRITON_DIST_AUTOTUNE_DIR", "path", "`$HOME/.triton_dist/autotune`",
             "the function-level tuner's disk cache", lambda raw: raw, "a directory path"),
     Setting("TRITON_DIST_AUTOTUNE_ALWAYS_TUNE", "0/1", "`0`",

@@ -24,6 +24,7 @@ import inspect
 import logging
 import os
 import sys
+import warnings
 from typing import Any, Callable, Optional
 
 from . import _compat, cache, distributed, engine, settings
@@ -161,19 +162,24 @@ class AutoTuner:
         best = outcome.best
         engine.record(request, outcome, best, outcome.timings, method=method, cache_hit=False)
         logger.info("%s: picked candidate %d %s in %.2fs", self.name, best, reprs[best], outcome.bench_time)
+        self.best_configs[key] = self.config_space[best]  # kept whatever happens on disk
         if _writes_cache(group):
-            path = store.store(key, {
-                "pick": best, "pick_config": reprs[best], "method": method,
-                "bench_time_s": outcome.bench_time, "retained": retained,
-                "candidates": [{"index": i, "config": reprs[i], "ms": t if all(map(_finite, t)) else None,
-                                "failure": outcome.failures.get(i)} for i, t in outcome.timings.items()],
-            })
-            stamp = dt.datetime.now(dt.timezone.utc).isoformat()
-            with open(path.with_suffix(".log"), "a") as f:
-                f.write(f"[{stamp}] {self.name} key={key!r} device={device} world={world}\n")
-                f.writelines(f"  {line}\n" for line in lines)
-                f.write(f"  pick: candidate {best} {reprs[best]} ({outcome.bench_time:.2f}s)\n")
-        self.best_configs[key] = self.config_space[best]
+            try:
+                path = store.store(key, {
+                    "pick": best, "pick_config": reprs[best], "method": method,
+                    "bench_time_s": outcome.bench_time, "retained": retained,
+                    "candidates": [{"index": i, "config": reprs[i], "ms": t if all(map(_finite, t)) else None,
+                                    "failure": outcome.failures.get(i)} for i, t in outcome.timings.items()],
+                })
+                stamp = dt.datetime.now(dt.timezone.utc).isoformat()
+                with open(path.with_suffix(".log"), "a") as f:
+                    f.write(f"[{stamp}] {self.name} key={key!r} device={device} world={world}\n")
+                    f.writelines(f"  {line}\n" for line in lines)
+                    f.write(f"  pick: candidate {best} {reprs[best]} ({outcome.bench_time:.2f}s)\n")
+            except OSError as exc:  # a full disk or an unwritable directory must not lose the tuning
+                warnings.warn(f"{self.name}: cannot write the autotune cache in {store.dir} ({exc}); the pick for "
+                              f"key {key!r} is kept in memory for this process only. Point {cache.ROOT_ENV} at a "
+                              "writable directory to keep it across runs.", RuntimeWarning, stacklevel=3)
         return self.config_space[best]
 
 

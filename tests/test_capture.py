@@ -1,0 +1,109 @@
+"""A miss while a CUDA graph is being captured: raise before enqueueing, or launch a fallback.
+
+There is no GPU here, so "a capture is in progress" is the one thing stood in for: the probe
+``capture.capturing`` answers True as ``torch.cuda.is_current_stream_capturing()`` would on a GPU
+inside ``torch.cuda.graph(...)``. Everything else (the kernel, tuning, the fallback launch) is real.
+``benchmarks/bench_faults_gpu.py`` runs the real capture on a GPU.
+"""
+
+import pytest
+import torch
+import triton
+from helpers import DEVICE, Recorder
+
+from kernels import KERNELS
+from triton_dist_plugin import capture
+
+ADD = KERNELS["add"]
+
+
+@pytest.fixture
+def recorder(plugins):
+    rec = Recorder()
+    plugins(rec)
+    return rec
+
+
+@pytest.fixture
+def capturing(monkeypatch):
+    monkeypatch.setattr(capture, "capturing", lambda: True)
+    return monkeypatch
+
+
+def launch(kernel, n):
+    x, y = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
+    out = torch.full((n,), -1.0, device=DEVICE)
+    kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, y, out, n)
+    return x, y, out
+
+
+def test_an_untuned_key_in_a_capture_raises_before_anything_runs(recorder, capturing):
+    kernel = triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit)
+    with pytest.raises(capture.TuningDuringCapture, match=r"add_kernel: key \(300, .*never tuned.*warm-up"):
+        n = 300
+        x, y = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
+        out = torch.full((n,), -1.0, device=DEVICE)
+        kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, y, out, n)
+    assert torch.all(out == -1.0) and not kernel.cache and not recorder.timed  # nothing ran or was timed
+    capturing.undo()  # the capture is over: the same launch tunes
+    x, y, out = launch(kernel, 300)
+    torch.testing.assert_close(out, x + y)
+    assert len(kernel.cache) == 1
+
+
+def test_keys_tuned_before_the_capture_launch_inside_it(recorder, monkeypatch):
+    kernel = triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit)
+    launch(kernel, 300)
+    monkeypatch.setattr(capture, "capturing", lambda: True)
+    x, y, out = launch(kernel, 300)
+    torch.testing.assert_close(out, x + y)
+    assert len(recorder.records) == 1
+
+
+def test_fallback_launches_the_nearest_tuned_keys_pick_and_records_the_miss(recorder, monkeypatch):
+    kernel = triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit)
+    launch(kernel, 1000)
+    tuned_pick = kernel.best_config
+    monkeypatch.setattr(capture, "capturing", lambda: True)
+    monkeypatch.setenv(capture.ENV, "fallback")
+    with pytest.warns(RuntimeWarning, match=r"key \(900, .*nearest tuned key \(1000, "):
+        x, y, out = launch(kernel, 900)
+    torch.testing.assert_close(out, x + y)
+    assert kernel.best_config is tuned_pick and len(kernel.cache) == 1  # the key stays untuned
+    miss = recorder.records[-1]
+    assert miss.key[0] == 900 and miss.best_config is tuned_pick and not miss.timings
+    assert any("CUDA graph capture" in note for note in miss.notes)
+    with pytest.warns(RuntimeWarning, match="launching the first config"):  # nothing comparable tuned
+        launch(triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit), 900)
+
+
+def test_a_bad_capture_setting_names_itself(monkeypatch):
+    from triton_dist_plugin import SettingError, settings
+
+    monkeypatch.setenv(capture.ENV, "skip")
+    with pytest.raises(SettingError, match=f"{capture.ENV}='skip'.*error, fallback"):
+        settings.validate()
+
+
+def test_nearest_key_matches_dtypes_and_weighs_shapes_by_ratio():
+    keys = [(1024, "torch.float16"), (4096, "torch.float16"), (2000, "torch.float32")]
+    assert capture.nearest(keys, (1500, "torch.float16")) == (1024, "torch.float16")
+    assert capture.nearest(keys, (3000, "torch.float16")) == (4096, "torch.float16")
+    assert capture.nearest(keys, (2000, "torch.bfloat16")) is None
+    assert capture.nearest(keys, (2000, "torch.float32", 1)) is None
+
+
+def test_a_subclass_loop_in_a_capture_raises_before_its_first_timing(recorder, capturing):
+    from triton_dist_plugin import _compat
+
+    class OwnLoop(_compat.Autotuner):  # FlagGems' LibTuner shape: its own run() over _bench
+        def run(self, *args, **kwargs):
+            self.nargs = dict(zip(self.arg_names, args))
+            timings = {c: self._bench(*args, config=c, **kwargs) for c in self.prune_configs(kwargs)}
+            best = min(timings, key=timings.get)
+            return self.fn.run(*args, **kwargs, **best.all_kwargs())
+
+    kernel = OwnLoop(ADD.jit, ADD.jit.arg_names, ADD.configs(DEVICE), ADD.key, None, None)
+    with pytest.raises(capture.TuningDuringCapture, match="add_kernel: its tuner's own loop"):
+        launch(kernel, 300)
+    assert not recorder.timed

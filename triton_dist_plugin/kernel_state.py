@@ -1,0 +1,143 @@
+"""What the launch path knows: about each ``Autotuner`` (its ``KernelState``), and process-wide.
+
+A ``KernelState`` holds what is derived once per tuner: the key's argument positions and the
+launch keywords of each config, merged once and kept, so the cache-hit path does no more than
+compute the key and look it up. The process-wide flags are set by ``patch`` (installed or not)
+and by the contextual tuner (the session that owns misses on its thread).
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+import weakref
+from typing import Any
+
+from . import _compat, direct
+
+#: True while the plugin is installed (``patch.activate`` sets it, ``deactivate`` clears it).
+active = False
+#: Autotuners that carry a per-instance fast ``run`` (removed again by ``deactivate``).
+fast_instances: weakref.WeakSet[Any] = weakref.WeakSet()
+#: The contextual tuning session in progress (see ``autotuner.py``); it owns misses on its thread.
+session: Any = None
+current = threading.local()  # the TuningRequest of the tuning in progress on this thread
+_DTYPE_STR: dict = {}
+
+#: Launch options every Triton interpreter accepts besides kernel parameters.
+_UPSTREAM_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg"})
+
+
+def dtype_str(dtype: Any) -> str:
+    """``str(dtype)``, memoised: the key needs it for every tensor argument on every launch."""
+    try:
+        return _DTYPE_STR[dtype]
+    except KeyError:
+        _DTYPE_STR[dtype] = text = str(dtype)
+        return text
+    except TypeError:  # an unhashable dtype
+        return str(dtype)
+
+
+class KernelState:
+    """Per-``Autotuner`` facts derived once: key positions and each config's launch keywords.
+
+    ``fast`` maps a raw key (key values, then the dtype *objects* of tensor arguments, all passed
+    positionally) to ``(config, launch keywords)``: the same information as upstream's ``cache``,
+    without turning dtypes into strings on every launch. It is emptied whenever ``cache`` changes
+    size, so clearing or editing upstream's ``cache`` is still honoured.
+    """
+
+    __slots__ = ("arg_names", "arg_set", "keys", "key_pos", "key_get", "min_args", "launch", "name", "fast",
+                 "cache_len", "generate", "hints", "crossed", "interpreted", "__weakref__")
+
+    def __init__(self, tuner: Any):
+        self.arg_names = list(tuner.arg_names)
+        self.arg_set = frozenset(self.arg_names)
+        keys = tuner.keys
+        # Triton-Ascend's AutoTilingTuner maps axis names to argument names.
+        self.keys = list(keys.values()) if isinstance(keys, dict) else list(keys)
+        self.key_pos = [self.arg_names.index(k) for k in self.keys if k in self.arg_set]
+        self.key_get = _key_getter(self.key_pos)
+        self.min_args = max(self.key_pos, default=-1) + 1
+        self.launch: dict = {}
+        self.fast: dict = {}
+        self.cache_len = -1
+        self.name = _compat.base_function(tuner.fn).__name__
+        self.interpreted = _compat.is_interpreted(tuner.fn)
+        self.hints = tuner.__dict__.get("tdp_hints") or {}
+        self.crossed = False
+        flag = tuner.__dict__.get("tdp_generate")
+        if flag is None:  # decorated before activation: configs=[] left upstream's single empty Config
+            flag = len(tuner.configs) == 1 and not tuner.configs[0].kwargs and _has_open_tiles(tuner)
+        self.generate = bool(flag)
+
+    def key(self, args: tuple, kwargs: dict) -> tuple:
+        """Upstream's tuning key: the ``key`` argument values, then every tensor's dtype."""
+        if self.arg_set.isdisjoint(kwargs):
+            n = len(args)
+            key = [args[i] for i in self.key_pos if i < n]
+            for arg in args:
+                if hasattr(arg, "dtype"):
+                    key.append(dtype_str(arg.dtype))
+            return tuple(key)
+        # Some kernel arguments came by keyword: follow upstream's ordering exactly.
+        named = {**dict(zip(self.arg_names, args)), **kwargs}
+        named = {k: v for k, v in named.items() if k in self.arg_set}
+        key = [named[k] for k in self.keys if k in named]
+        key += [dtype_str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
+        return tuple(key)
+
+    def launch_kwargs(self, config: Any) -> dict:
+        return self._entry(config)[1]
+
+    def hit(self, config: Any, fn: Any) -> tuple:
+        """What the fast path needs for ``config``: (config, launch keywords, direct launcher or None)."""
+        entry = self._entry(config)
+        if len(entry) == 2:
+            launcher = direct.Launcher(fn, entry[1]) if direct.usable(fn) else None
+            entry = self.launch[id(config)] = (config, entry[1], launcher)
+        return entry
+
+    def _entry(self, config: Any) -> tuple:
+        entry = self.launch.get(id(config))
+        if entry is None or entry[0] is not config:
+            kwargs = config.all_kwargs()
+            if self.interpreted:
+                # Compile options (Triton 3.2's warp-spec fields, Ascend's multibuffer, ...) mean
+                # nothing to the interpreter: newer ones drop them, older ones reject them. Any
+                # other kernel object gets every keyword, as upstream passes them.
+                kwargs = {k: v for k, v in kwargs.items() if k in self.arg_set or k in _UPSTREAM_OPTIONS}
+            entry = self.launch[id(config)] = (config, kwargs)
+        return entry
+
+
+_NO_DTYPE = object()
+
+
+def _has_open_tiles(tuner: Any) -> bool:
+    try:
+        from .tiling.analysis import analyse
+
+        an = analyse(tuner.fn)
+    except Exception:
+        return False
+    return any(not an.constexprs[name] for name in an.tiles)
+
+
+def _key_getter(key_pos: list):
+    """A function of the positional arguments giving the raw key: key values, then each argument's
+    dtype object (a marker where it has none), one attribute lookup per argument."""
+    if len(key_pos) == 1:
+        (pos,) = key_pos
+        return lambda args: (args[pos], *[getattr(a, "dtype", _NO_DTYPE) for a in args])
+    values = operator.itemgetter(*key_pos) if key_pos else (lambda args: ())
+    return lambda args: (*values(args), *[getattr(a, "dtype", _NO_DTYPE) for a in args])
+
+
+def state_of(tuner: Any) -> KernelState:
+    state = tuner.__dict__.get("_tdp_state")
+    if state is None:
+        state = tuner.__dict__["_tdp_state"] = KernelState(tuner)
+        tuner.__dict__.setdefault("nargs", None)  # upstream's run sets it each time and leaves None
+    return state

@@ -1,0 +1,146 @@
+"""Tuner subclasses with their own ``run()``: the ``prune_configs``, ``_bench`` and
+``_batch_bench`` they call.
+
+Their loops keep upstream's semantics, while the candidates one loop pruned are compiled in
+parallel and screened together on its first ``_bench`` (``batch``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from . import _compat, bus, capture, distributed, engine, kernel_state, settings, timing
+from . import batch as _batch
+from .accuracy import accuracy_check_enabled, check_accuracy
+from .benchmarker import screen_for, user_do_bench
+from .candidates import agree, check_conflicts, compile_all, make_call_factory, record_failure, split_launch
+from .kernel_state import KernelState, state_of
+from .requests import INF3, TuningRequest
+
+
+def prune_wrapper(wrapped, instance, args, kwargs):
+    configs = wrapped(*args, **kwargs)
+    state = state_of(instance)
+    if not configs:
+        raise ValueError(
+            f"No valid autotuner configs after pruning {state.name}: `early_config_prune` (prune_configs_by) "
+            "must return at least one config."
+        )
+    request = getattr(kernel_state.current, "request", None)
+    if request is None or request.autotuner is not instance:  # a subclass's own run() is tuning
+        launch = args[0] if args else kwargs.get("kwargs", {})
+        request = TuningRequest(state.name, (), _compat.active_device(required=user_do_bench(instance) is None),
+                                dict(getattr(instance, "nargs", None) or {}), dict(launch), autotuner=instance)
+        configs = bus.prune(request, configs)
+        _batch.expect(instance, configs)
+        return configs
+    return bus.prune(request, configs)
+
+
+def bench_wrapper(wrapped, instance, args, kwargs):
+    """Upstream's ``_bench`` with timing through the hook bus; failures time as infinity.
+
+    Inside a subclass's own tuning loop (``batch.py``), the candidates it just pruned are
+    compiled in parallel and screened together on the first ``_bench``.
+    """
+    meta = dict(kwargs)
+    config = meta.pop("config")
+    state = state_of(instance)
+    if capture.capturing():
+        capture.refuse(state.name)
+    check_conflicts(state.name, split_launch(state, args, meta)[1], [config])
+    found = _batch.answer(instance, config, args, meta, lambda configs: _subclass_round(instance, state, args,
+                                                                                          meta, configs))
+    if found is not None:
+        return found
+    device = _compat.active_device(required=user_do_bench(instance) is None)
+    cand = engine.CandidateRequest(call=_subclass_calls(instance, state, args, meta)(config), config=config,
+                                   kernel_name=state.name, key=(), device=device, method=timing.resolve_method(device))
+    value, reason = engine.time_one(cand, user_do_bench(instance))
+    if reason is not None:
+        record_failure(instance, config, reason)
+    return engine.raw(value)
+
+
+def batch_bench_wrapper(wrapped, instance, args, kwargs):
+    """A subclass's own ``_batch_bench(*args, configs=..., **kwargs)`` (Triton-Ascend's newer
+    ``AutoTilingTuner``): it compiles and times its candidates itself (its UB tuner rescues
+    compiles that overflow the unified buffer), each timing going through ``self.do_bench`` and
+    so through ``tdp_time_candidate``. Its timings then go through ``tdp_reduce_timings`` (ranks
+    agree and take the slowest), and ``tdp_on_tuned`` receives the record."""
+    state = state_of(instance)
+    if capture.capturing():
+        capture.refuse(state.name)
+    meta = {k: v for k, v in kwargs.items() if k != "configs"}
+    _, launch, named, rest = split_launch(state, args, meta)
+    wrong: dict = {}
+    configs = kwargs.get("configs")
+    if accuracy_check_enabled(instance) and isinstance(configs, (list, tuple)) and len(configs) > 1:
+        # Candidates whose results differ never reach the subclass's own timing.
+        wrong = check_accuracy(list(configs), _subclass_calls(instance, state, args, meta), named, {})
+        kwargs = {**kwargs, "configs": [c for c in configs if c not in wrong]}
+    timings = wrapped(*args, **kwargs)
+    if not isinstance(timings, dict):
+        return timings
+    for config in wrong:
+        timings[config] = list(INF3) if any(isinstance(t, (list, tuple)) for t in timings.values()) else INF3[0]
+        record_failure(instance, config, wrong[config])
+    if len(timings) < 2:
+        return timings
+    device = _compat.active_device(required=False)
+    request = TuningRequest(state.name, state.key(args, launch), device, named, rest, autotuner=instance,
+                            grid=meta.get("grid"))
+    configs = list(timings)
+    group = distributed.kernel_group()
+    agree(group, state, request.key, configs)
+    lists = {c: bus.as_timing(t) if t is not None else list(INF3) for c, t in timings.items()}
+    reduced = bus.first_result("tdp_reduce_timings", engine.same_keys(lists), request=request, timings=lists,
+                               group=group) or lists
+    failures = {c: wrong.get(c, "timed as infinity") for c, t in reduced.items() if not t[0] < float("inf")}
+    best = min(reduced, key=lambda c: reduced[c][0])
+    outcome = engine.Outcome(best=best, timings=reduced, failures=failures, bench_time=0.0, measured=configs)
+    engine.record(request, outcome, best, reduced, method=timing.resolve_method(device), cache_hit=False)
+    # In the shape the subclass produced: a bare number stays a number.
+    return {c: (reduced[c] if isinstance(t, (list, tuple)) else reduced[c][0]) for c, t in timings.items()}
+
+
+def _subclass_calls(instance: Any, state: KernelState, args: tuple, meta: dict):
+    # Upstream's own hooks, as its _bench calls them (the subclass owns this tuning loop).
+    return make_call_factory(instance, state, args, meta, lambda full: instance.pre_hook(full),
+                              lambda full, exc: instance.post_hook(full, exception=exc))
+
+
+def _subclass_round(instance: Any, state: KernelState, args: tuple, meta: dict, configs: list) -> dict:
+    """Compile ``configs`` in parallel, screen and time them: ``{config: timing}`` for a subclass."""
+    settings.validate()
+    device = _compat.active_device(required=user_do_bench(instance) is None)
+    _, launch, named, rest = split_launch(state, args, meta)
+    request = TuningRequest(state.name, state.key(args, launch), device, named, rest, autotuner=instance,
+                            grid=meta.get("grid"))
+    method = timing.resolve_method(device)
+    make_call = _subclass_calls(instance, state, args, meta)
+    started = time.perf_counter()
+    compile_all(instance, state, request, args, meta, configs)  # failures show again when timed, as upstream
+    do_bench = user_do_bench(instance)
+    screen = screen_for(instance, do_bench)
+    wrong = check_accuracy(configs, make_call, named, {}) if accuracy_check_enabled(instance) else {}
+    group = distributed.kernel_group()  # only inside tuning_group(): the user asked for it
+    agree(group, state, request.key, configs)
+
+    def measure(candidates: list, **options):
+        try:
+            return engine.run_candidates(request, candidates, make_call, method=method, do_bench=do_bench,
+                                         upstream_errors=True, group=group,
+                                         known_failures={c: r for c, r in wrong.items() if c in candidates}, **options)
+        except engine.NoValidConfig as exc:  # every one failed: the subclass's loop decides, as upstream
+            return engine.Outcome(best=None, timings={c: list(INF3) for c in candidates}, failures=exc.failures,
+                                  bench_time=time.perf_counter() - started)
+
+    outcome = measure(configs, screen=screen)
+    timings = _batch.settle(outcome.timings, set(outcome.measured), lambda under: measure(under).timings)
+    for config, reason in outcome.failures.items():
+        record_failure(instance, config, reason)
+    best = min(timings, key=lambda c: timings[c][0])
+    engine.record(request, outcome, best, timings, method=method, cache_hit=False)
+    return {c: engine.raw(t) for c, t in timings.items()}
