@@ -43,3 +43,21 @@ def save_results(name: str, data: Any) -> Path:
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], name).write_text(text)
     return out
+
+
+def first_call_matmul() -> tuple[float, Any]:
+    """Seconds of the first call of the 48-config fp16 matmul at 4096^3 (compile and time every
+    config), and its tuner; run in a fresh process with an empty Triton cache."""
+    import torch
+    import triton
+
+    from kernels import KERNELS
+
+    mm = KERNELS["matmul"]
+    a, b = mm.make_inputs("gpu", "cuda")
+    tuned = triton.autotune(configs=mm.configs("cuda"), key=mm.key)(mm.jit)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    mm.launch(tuned, a, b)
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0, tuned

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from _common import ROOT, save_results
+from _common import ROOT, first_call_matmul, save_results
 
 
 def careful(f) -> float:
@@ -40,19 +40,7 @@ def first_call(side: str) -> dict:
                 notes.extend(record.notes)
 
         tdp.register(Notes())
-    import torch
-    import triton
-
-    from kernels import KERNELS
-
-    mm = KERNELS["matmul"]
-    a, b = mm.make_inputs("gpu", "cuda")
-    tuned = triton.autotune(configs=mm.configs("cuda"), key=mm.key)(mm.jit)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    mm.launch(tuned, a, b)
-    torch.cuda.synchronize()
-    seconds = time.perf_counter() - t0
+    seconds, tuned = first_call_matmul()
     pick = tuned.best_config
     picked = {"kwargs": pick.kwargs, "num_warps": pick.num_warps, "num_stages": pick.num_stages}
     return {"side": side, "first_call_s": seconds, "notes": notes, "pick": picked}

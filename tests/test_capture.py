@@ -107,3 +107,22 @@ def test_a_subclass_loop_in_a_capture_raises_before_its_first_timing(recorder, c
     with pytest.raises(capture.TuningDuringCapture, match="add_kernel: its tuner's own loop"):
         launch(kernel, 300)
     assert not recorder.timed
+
+
+def test_the_function_level_tuner_in_a_capture_raises_or_falls_back(capturing):
+    from triton_dist_plugin.tune import autotune
+
+    calls = []
+
+    @autotune(config_space=[{"factor": 1}, {"factor": 2}], key_fn=lambda x: tuple(x.shape))
+    def scaled(x, factor):
+        calls.append(factor)
+        return x * factor
+
+    with pytest.raises(capture.TuningDuringCapture, match=r"scaled: key \(4,\) was never tuned"):
+        scaled(torch.ones(4))
+    assert not calls and not scaled.best_configs
+    capturing.setenv(capture.ENV, "fallback")
+    with pytest.warns(RuntimeWarning, match="launching the first config"):
+        assert torch.equal(scaled(torch.ones(4)), torch.ones(4))
+    assert calls == [1] and not scaled.best_configs

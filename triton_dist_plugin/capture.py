@@ -45,22 +45,22 @@ def refuse(name: str) -> None:
         "process are still usable. Launch the kernel once with these shapes and dtypes before capturing.")
 
 
-def fallback(instance: Any, name: str, key: tuple) -> Any:
-    """The config to launch for untuned ``key`` during a capture, or raise ``TuningDuringCapture``."""
+def fallback(name: str, key: Any, tuned: dict, first: Any, autotuner: Any = None) -> Any:
+    """What to run for untuned ``key`` during a capture (``tuned``: key -> pick so far, ``first``:
+    the first candidate), or raise ``TuningDuringCapture`` unless the setting asks for a fallback."""
     if settings.value(ENV) != "fallback":
         raise TuningDuringCapture(
             f"{name}: key {key} was never tuned, and a CUDA graph is being captured, where tuning can neither "
             "time nor synchronise. Nothing was enqueued: the capture and the process are still usable. Launch "
             "the kernel once with these shapes and dtypes before capturing (a warm-up step tunes it), or set "
             f"{ENV}=fallback to launch a fixed config during capture.")
-    cache = getattr(instance, "cache", {}) or {}
-    near = nearest(list(cache), key)
-    config = cache[near] if near is not None else instance.configs[0]
+    near = nearest(list(tuned), key)
+    config = tuned[near] if near is not None else first
     source = f"the pick for the nearest tuned key {near}" if near is not None else "the first config"
     warnings.warn(f"{name}: key {key} was never tuned and a CUDA graph is being captured; launching {source} "
                   f"({config}) without tuning ({ENV}=fallback). A launch after the capture tunes this key.",
                   RuntimeWarning, stacklevel=4)
-    request = TuningRequest(name, key, "cuda", autotuner=instance)
+    request = TuningRequest(name, key, "cuda", autotuner=autotuner)
     request.notes.append(f"untuned key met during CUDA graph capture: launched {source}")
     engine.record(request, None, config, {}, method="none", cache_hit=False)
     return config

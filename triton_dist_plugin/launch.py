@@ -13,9 +13,10 @@ threads launching the same kernel with different keys never see each other's arg
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
-from . import _compat, capture, distributed, engine, kernel_state, settings, timing
+from . import _compat, capture, distributed, engine, isolate, kernel_state, settings, timing
 from .accuracy import accuracy_check_enabled, check_accuracy
 from .benchmarker import screen_for, user_do_bench
 from .candidates import agree, call_hooks, check_conflicts, compile_all, make_call_factory, select_configs, split_launch
@@ -36,7 +37,8 @@ def run_wrapper(wrapped, instance, args, kwargs):
             if active is not None and active.thread == threading.get_ident():
                 return active.launch(instance, state, key, args, kwargs)
             if capture.capturing():  # nothing may be timed: raise, or launch a fixed config untuned
-                return _launch(instance, state, capture.fallback(instance, state.name, key), args, kwargs)
+                config = capture.fallback(state.name, key, instance.cache, instance.configs[0], instance)
+                return _launch(instance, state, config, args, kwargs)
             config = tune(instance, state, key, args, kwargs)
         cache = instance.cache
         if len(cache) != state.cache_len:
@@ -129,13 +131,21 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
 
     def bench():
         nonlocal outcome
-        failed = compile_all(instance, state, request, args, kwargs, configs)
+        worker = isolate.Worker() if isolate.enabled(state.generate) else None  # starts while we compile
+        try:
+            failed = compile_all(instance, state, request, args, kwargs, configs)
+            unsafe = _isolated(worker, instance, state, request, args, kwargs, configs, failed) if worker else {}
+        finally:
+            if worker is not None:
+                worker.stop()
         # A candidate that failed to compile is still launched and timed, as upstream does: its
         # hooks and the kernel's own do_bench see the failure (a post_hook gets the exception).
-        wrong = check_accuracy(configs, make_call, named, failed) if accuracy_check_enabled(instance) else {}
+        # One that crashed or hung the isolation worker is never run here.
+        wrong = check_accuracy(configs, make_call, named, {**failed, **unsafe}) if accuracy_check_enabled(
+            instance) else {}
         do_bench = user_do_bench(instance)
         outcome = engine.run_candidates(request, configs, make_call, method=method, do_bench=do_bench, group=group,
-                                        screen=screen_for(instance, do_bench), known_failures=wrong,
+                                        screen=screen_for(instance, do_bench), known_failures={**unsafe, **wrong},
                                         upstream_errors=True)
         instance.bench_time = outcome.bench_time
         instance.configs_timings = {c: engine.raw(t) for c, t in outcome.timings.items()}
@@ -158,6 +168,29 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
         listener(fn=_compat.jit_function(instance.fn), key=key, best_config=best, configs_timings=timings,
                  duration=None if cache_hit else outcome.bench_time, cache_hit=cache_hit)
     return best
+
+
+def _isolated(worker: Any, instance: Any, state: KernelState, request: TuningRequest, args: tuple, kwargs: dict,
+              configs: list, failed: dict) -> dict:
+    """Each candidate run once in the isolation worker: ``{config: reason}`` for those that crashed,
+    hung or raised there (see ``isolate.py``)."""
+    started = time.perf_counter()
+    _, launch, named, _ = split_launch(state, args, kwargs)
+    grid = kwargs.get("grid")
+    runs = []
+    for config in configs:
+        if config in failed:  # did not compile: nothing to run
+            continue
+        meta = state.launch_kwargs(config)
+        runs.append((config, meta, grid({**named, **launch, **meta}) if callable(grid) else grid))
+    try:
+        unsafe = worker.check(instance.fn, type(instance.fn).__name__, args, launch, runs)
+    except isolate.Unisolated as exc:
+        request.notes.append(f"not isolated: {exc}")
+        return {}
+    request.notes.append(f"ran {len(runs)} candidates in the isolation worker in "
+                         f"{time.perf_counter() - started:.2f}s; {len(unsafe)} failed there")
+    return unsafe
 
 
 def autotune_wrapper(wrapped, instance, args, kwargs):

@@ -61,6 +61,15 @@ def _flag(default: bool) -> Callable[[str], bool]:
     return parse
 
 
+def _optional_bit(raw: str) -> Optional[bool]:
+    """``1`` on, ``0`` off, unset: decided case by case (None)."""
+    if raw.strip() == "":
+        return None
+    if raw.strip() in ("0", "1"):
+        return raw.strip() == "1"
+    raise ValueError
+
+
 def _count(raw: str) -> Optional[int]:
     """A whole number >= 0; unset means "the CPU count"."""
     if raw.strip() == "":
@@ -131,6 +140,12 @@ SETTINGS: tuple[Setting, ...] = (
             "a key never tuned, met while a CUDA graph is captured: `error` raises before anything is enqueued; "
             "`fallback` launches the nearest tuned key's pick (else the first config) and warns",
             _choice("error", "error", "fallback"), "error, fallback"),
+    Setting("TRITON_DIST_AUTOTUNE_ISOLATE", "0/1", "on for `configs=[]` candidates",
+            "run each candidate once in a spawned worker first, so one that crashes or hangs fails there, not "
+            "in this process; `1`: for every kernel, `0`: never", _optional_bit, "0 or 1 (unset: generated only)"),
+    Setting("TRITON_DIST_AUTOTUNE_ISOLATE_TIMEOUT", "seconds", "`30`",
+            "how long one candidate may run in the isolation worker before it counts as hung", _seconds(30.0),
+            "a positive number of seconds, such as 30"),
     Setting("TRITON_DIST_AUTOTUNE_DIR", "path", "`$HOME/.triton_dist/autotune`",
             "the function-level tuner's disk cache", lambda raw: raw, "a directory path"),
     Setting("TRITON_DIST_AUTOTUNE_ALWAYS_TUNE", "0/1", "`0`",

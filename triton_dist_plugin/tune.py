@@ -27,7 +27,7 @@ import sys
 import warnings
 from typing import Any, Callable, Optional
 
-from . import _compat, cache, distributed, engine, settings
+from . import _compat, cache, capture, distributed, engine, settings
 from .requests import TuningRequest
 
 log = logging.getLogger("triton_dist_plugin.tune")
@@ -93,6 +93,9 @@ class AutoTuner:
         if best is None:
             if self.fields & kwargs.keys() and not autotune_allow_arg_overwrite:
                 return self._call(args, kwargs, {}, False)  # raises the clear error before any tuning
+            if capture.capturing():  # timing would break the capture: raise, or run a fixed config untuned
+                config = capture.fallback(self.name, key, self.best_configs, self.config_space[0])
+                return self._call(args, kwargs, config, autotune_allow_arg_overwrite)
             best = self._tune(key, args, kwargs, distributed.function_group(autotune_pg), autotune_verbose,
                               autotune_allow_arg_overwrite)
         return self._call(args, kwargs, best, autotune_allow_arg_overwrite)

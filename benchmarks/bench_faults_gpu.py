@@ -1,0 +1,160 @@
+"""Faults on a GPU: planted crashing and hanging candidates, a CUDA-graph capture of an untuned key,
+and what candidate isolation costs. Each scenario runs in its own process, so one that kills or
+hangs its process is observed from outside, and each reports whether its process is still usable.
+
+    python benchmarks/bench_faults_gpu.py
+
+1. ``isolate``: a kernel with an out-of-bounds-write config and a never-ending config among good
+   ones, tuned with ``TRITON_DIST_AUTOTUNE_ISOLATE=1``, then without isolation (``=0``), and with
+   the plugin off (upstream).
+2. ``capture``: a key never tuned, launched inside ``torch.cuda.graph``: default (raise), with
+   ``TRITON_DIST_AUTOTUNE_ON_CAPTURE=fallback``, and upstream.
+3. ``cost``: first call of the 48-config matmul with isolation off and on (fresh processes, empty
+   caches), to give isolation's cost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+from _common import ROOT, first_call_matmul, save_results
+
+CHILD_TIMEOUT = 180
+
+
+def _usable() -> str:
+    """Does this process still compute correctly on the GPU after what happened?"""
+    import torch
+
+    try:
+        a = torch.randn(256, 256, device="cuda")
+        ok = torch.allclose(a @ torch.eye(256, device="cuda"), a)
+        torch.cuda.synchronize()
+        return "usable" if ok else "wrong results"
+    except Exception as exc:
+        return f"unusable: {type(exc).__name__}: {str(exc).splitlines()[0][:150]}"
+
+
+def child_isolate() -> dict:
+    import torch
+    import triton
+    from faulty_kernels import CONFIGS, planted
+
+    kernel = triton.autotune(configs=CONFIGS, key=["n"])(planted)
+    n = 1 << 20
+    x = torch.randn(n, device="cuda")
+    out = torch.zeros_like(x)
+    stop = torch.zeros(1, device="cuda", dtype=torch.int32)
+    t0 = time.perf_counter()
+    try:
+        kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, out, stop, n)
+        torch.cuda.synchronize()
+        result = {"tuning": "finished", "pick": str(kernel.best_config), "correct": bool(torch.equal(out, x))}
+    except Exception as exc:
+        result = {"tuning": f"raised {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+    result["seconds"] = time.perf_counter() - t0
+    result["failures"] = {str(c): r for c, r in (getattr(kernel, "tdp_failures", None) or {}).items()}
+    timings = getattr(kernel, "configs_timings", None) or {}
+    result["timings"] = {str(c): (t[0] if isinstance(t, (list, tuple)) else t) for c, t in timings.items()}
+    result["process"] = _usable()
+    return result
+
+
+def child_capture() -> dict:
+    import torch
+    import triton
+
+    from kernels import KERNELS
+
+    add = KERNELS["add"]
+    kernel = triton.autotune(configs=add.configs("cuda"), key=add.key)(add.jit)
+    x, y = add.make_inputs("gpu", "cuda")
+    add.launch(kernel, x, y)  # key of this size tuned before the capture
+    small_x, small_y = x[: x.numel() // 2 + 1], y[: y.numel() // 2 + 1]  # a size never tuned
+    out: dict = {}
+    graph = torch.cuda.CUDAGraph()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with torch.cuda.graph(graph):
+                got = add.launch(kernel, small_x, small_y)
+            graph.replay()
+            torch.cuda.synchronize()
+            out["capture"] = "captured"
+            out["correct"] = bool(torch.allclose(got, small_x + small_y))
+        except Exception as exc:
+            out["capture"] = f"raised {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    out["warnings"] = [str(w.message)[:200] for w in caught if issubclass(w.category, RuntimeWarning)]
+    out["process"] = _usable()
+    return out
+
+
+def child_cost() -> dict:
+    return {"first_call_s": first_call_matmul()[0]}
+
+
+def run_child(name: str, env: dict, plugin: bool = True) -> dict:
+    with tempfile.TemporaryDirectory() as cache:
+        path = os.pathsep.join([str(ROOT), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")])
+        full = {**os.environ, "TRITON_CACHE_DIR": cache, "PYTHONPATH": path, "TDP_PLUGIN": "1" if plugin else "0",
+                **env}
+        if not plugin:
+            full["TRITON_DIST_PLUGIN_DISABLE"] = "1"
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run([sys.executable, __file__, "child", name], env=full, capture_output=True, text=True,
+                                  timeout=CHILD_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            return {"process": f"hung: killed after {CHILD_TIMEOUT}s"}
+        lines = proc.stdout.strip().splitlines()
+        try:
+            data = json.loads(lines[-1])
+        except (IndexError, ValueError):
+            tail = (proc.stderr.strip().splitlines() or ["?"])[-1][:200]
+            data = {"process": f"died (exit code {proc.returncode}): {tail}"}
+        data["wall_s"] = time.perf_counter() - t0
+        return data
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "child":
+        if os.environ.get("TDP_PLUGIN") == "1":
+            import triton_dist_plugin  # noqa: F401
+        print(json.dumps(globals()[f"child_{sys.argv[2]}"](), default=str))
+        return
+    results = {
+        "isolate_on": run_child("isolate", {"TRITON_DIST_AUTOTUNE_ISOLATE": "1",
+                                            "TRITON_DIST_AUTOTUNE_ISOLATE_TIMEOUT": "10"}),
+        "isolate_off": run_child("isolate", {"TRITON_DIST_AUTOTUNE_ISOLATE": "0"}),
+        "isolate_upstream": run_child("isolate", {}, plugin=False),
+        "capture_default": run_child("capture", {}),
+        "capture_fallback": run_child("capture", {"TRITON_DIST_AUTOTUNE_ON_CAPTURE": "fallback"}),
+        "capture_upstream": run_child("capture", {}, plugin=False),
+    }
+    for _ in range(2):
+        for mode in ("0", "1"):
+            results.setdefault(f"cost_isolate_{mode}", []).append(
+                run_child("cost", {"TRITON_DIST_AUTOTUNE_ISOLATE": mode}).get("first_call_s"))
+    save_results("faults_h200.json", results)
+    for name, r in results.items():
+        if isinstance(r, list):
+            print(f"{name:20} first call s: {r}")
+            continue
+        what = r.get("tuning") or r.get("capture") or ""
+        print(f"{name:20} {what[:90]:90} | {r.get('process')}")
+        for config, reason in (r.get("failures") or {}).items():
+            print(f"{'':22}failed {config[:50]}: {reason[:90]}")
+    off, on = results["cost_isolate_0"], results["cost_isolate_1"]
+    if all(off) and all(on):
+        print(f"isolation cost on the 48-config matmul's first call: {min(on) / min(off):.2f}x "
+              f"({min(off):.2f}s -> {min(on):.2f}s, best of 2)")
+
+
+if __name__ == "__main__":
+    main()

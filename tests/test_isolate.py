@@ -1,0 +1,94 @@
+"""Candidates that crash or hang run first in a spawned worker, never in the user's process.
+
+Real kernels under the interpreter, in a real spawned worker: the crash is a store far out of
+bounds (the interpreter writes through the raw pointer, and the worker dies of it), the hang is
+a loop that never ends. ``benchmarks/bench_faults_gpu.py`` plants the same faults on a GPU.
+"""
+
+import os
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from helpers import DEVICE, Recorder
+
+from triton_dist_plugin import isolate
+
+
+@triton.jit
+def planted(x, out, n, BLOCK: tl.constexpr, FAULT: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if FAULT == 1:  # out of bounds, far beyond any allocation
+        tl.store(out + offs + (1 << 44), tl.load(x + offs, mask=offs < n), mask=offs < n)
+    if FAULT == 2:  # never finishes
+        i = tl.program_id(0)
+        while i >= 0:
+            i += 1
+    tl.store(out + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)
+
+
+CONFIGS = [triton.Config({"BLOCK": 64, "FAULT": 0}), triton.Config({"BLOCK": 64, "FAULT": 1}),
+           triton.Config({"BLOCK": 64, "FAULT": 2}), triton.Config({"BLOCK": 128, "FAULT": 0})]
+
+
+@pytest.fixture
+def recorder(plugins):
+    rec = Recorder()
+    plugins(rec)
+    return rec
+
+
+def copy_with(kernel, n=300):
+    x = torch.randn(n, device=DEVICE)
+    out = torch.zeros_like(x)
+    kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, out, n)
+    return x, out
+
+
+def test_a_crashing_and_a_hanging_candidate_fail_in_the_worker_and_tuning_goes_on(recorder, monkeypatch):
+    monkeypatch.setenv(isolate.ENV, "1")
+    monkeypatch.setenv(isolate.TIMEOUT_ENV, "5")
+    kernel = triton.autotune(configs=CONFIGS, key=["n"])(planted)
+    x, out = copy_with(kernel)
+    torch.testing.assert_close(out, x)
+    (record,) = recorder.records
+    assert record.best_config.kwargs["FAULT"] == 0
+    assert "crashed the isolation worker" in record.failures[CONFIGS[1]]
+    assert "did not finish within 5s" in record.failures[CONFIGS[2]]
+    assert {r.config.kwargs["FAULT"] for r in recorder.timed} == {0}  # never run here
+    assert any(note.startswith("ran 4 candidates in the isolation worker") for note in record.notes)
+    x, out = copy_with(kernel, 500)  # this process still works: another key tunes and runs
+    torch.testing.assert_close(out, x)
+
+
+def test_isolation_is_off_for_explicit_configs_by_default(recorder, monkeypatch):
+    monkeypatch.delenv(isolate.ENV, raising=False)
+    kernel = triton.autotune(configs=[CONFIGS[0], CONFIGS[3]], key=["n"])(planted)
+    copy_with(kernel)
+    assert not any("isolation" in note for note in recorder.records[0].notes)
+    assert isolate.enabled(generated=True) and not isolate.enabled(generated=False)
+    monkeypatch.setenv(isolate.ENV, "0")
+    assert not isolate.enabled(generated=True)
+
+
+def test_a_kernel_a_worker_cannot_import_is_tuned_unisolated_with_a_note(recorder, monkeypatch):
+    monkeypatch.setenv(isolate.ENV, "1")
+
+    @triton.jit
+    def local_copy(x, out, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)
+
+    kernel = triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})],
+                             key=["n"])(local_copy)
+    x, out = copy_with(kernel)
+    torch.testing.assert_close(out, x)
+    assert any("not isolated" in note and "module level" in note for note in recorder.records[0].notes)
+
+
+def test_no_worker_is_left_behind():
+    import multiprocessing
+
+    assert not [p for p in multiprocessing.active_children() if p.name == "tdp-isolate"]
+    assert os.getpid()  # the test process itself survived everything above
