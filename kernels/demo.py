@@ -83,7 +83,9 @@ def main(argv=None) -> int:
         ok = torch.allclose(out.float(), ref.float(), rtol=tol, atol=tol)
         record = collector.records[-1]
         verdict = "ok" if ok else "WRONG"
-        print(f"{name}  key={record.key}  ({record.method} timing, {record.bench_time:.2f}s, output {verdict})")
+        how = ("the pick stored on disk by an earlier run; timings from that run" if record.cache_hit else
+               f"{record.method} timing, {record.bench_time:.2f}s")
+        print(f"{name}  key={record.key}  ({how}, output {verdict})")
         for config, timing in sorted(record.timings.items(), key=lambda kv: kv[1][0]):
             pick = "<- pick" if config is record.best_config else ""
             shown = f"{timing[0]:10.4f} ms" if math.isfinite(timing[0]) else f"failed: {record.failures.get(config)}"
@@ -96,7 +98,10 @@ def main(argv=None) -> int:
                             "failure": record.failures.get(c)} for c, t in record.timings.items()],
         })
     _write_json(args.out, report)
-    print(f"picks are cached in each kernel's `cache` (in-process); records written to {os.path.abspath(args.out)}")
+    from triton_dist_plugin import cache, persist
+
+    print(f"picks are kept in each kernel's `cache` and on disk under {cache.cache_root() / persist.DIRECTORY} "
+          f"(a second run times nothing); records written to {os.path.abspath(args.out)}")
     tdp.unregister(collector)
     return 0 if all(r["correct"] for r in report) else 1
 

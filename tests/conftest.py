@@ -34,3 +34,9 @@ def _active():
         tdp.activate()
 
 
+
+
+@pytest.fixture(autouse=True)
+def _own_cache_dir(tmp_path, monkeypatch):
+    """Every test gets an empty plugin cache directory (kernel-level picks persist by default)."""
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_DIR", str(tmp_path / "tdp-cache"))

@@ -162,6 +162,33 @@ def scenario_kernel_group(rank, world, group):
                                                                         key=spec.key)(spec.jit))
 
 
+def scenario_kernel_persist(rank, world, group):
+    """Tuned together once (rank 0 writes the entry); then a new tuner of the same kernel, where
+    only rank 0 finds the entry: every rank takes it, none times anything."""
+    from kernels import KERNELS
+
+    spec = KERNELS["add"]
+    timed = []
+
+    class Count:
+        @tdp.hookimpl
+        def tdp_time_candidate(self, request):
+            timed.append(1)
+
+    tdp.register(Count())
+    x, y = spec.make_inputs("tiny", "cpu")
+    picks = []
+    for _ in range(2):
+        kernel = triton.autotune(configs=spec.configs("cpu"), key=spec.key)(spec.jit)
+        with tdp.tuning_group(group):
+            spec.launch(kernel, x, y)
+        picks.append(str(kernel.best_config))
+        timed.append("|")
+    home = os.environ["HOME"]
+    stored = sum(f.endswith(".json") for _, _, fs in os.walk(os.path.join(home, ".triton_dist")) for f in fs)
+    return {"picks": picks, "timed": "".join(str(t) for t in timed), "stored": stored}
+
+
 def scenario_subclass_group(rank, world, group):
     """A tuner subclass with its own loop over _bench (FlagGems-style), tuned over the group."""
     from triton_dist_plugin import _compat

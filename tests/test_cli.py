@@ -103,3 +103,24 @@ def test_a_cache_file_with_wrong_field_types_is_skipped_with_a_warning(homes, ba
         assert f"skipping {path}" in result.stderr
     listed = cli("list").stdout
     assert sum("scaled_sum" in line for line in listed.splitlines()) == 2  # the good entries still show
+
+
+def test_list_shows_the_plugins_persisted_kernel_picks_and_clear_of_nothing_fails(homes):
+    import triton
+
+    from kernels import KERNELS
+
+    add = KERNELS["add"]
+    x, y = add.make_inputs("tiny", DEVICE)
+    add.launch(triton.autotune(configs=add.configs(DEVICE), key=add.key)(add.jit), x, y)
+    listed = cli("list", "--kernels")
+    assert listed.returncode == 0, listed.stderr
+    assert any(line.startswith("kernel") and "add_kernel" in line and "(1000," in line
+               for line in listed.stdout.splitlines())
+    shown = cli("show", "add_kernel")
+    assert shown.returncode == 0 and "*" in shown.stdout
+    missing = cli("clear", "no_such_kernel")
+    assert missing.returncode == 1 and "no entry matches" in missing.stderr
+    cleared = cli("clear", "add_kernel")
+    assert cleared.returncode == 0 and "cleared 1 entries" in cleared.stdout
+    assert "add_kernel" not in cli("list").stdout

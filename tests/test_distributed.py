@@ -122,3 +122,12 @@ def test_contextual_is_dist_takes_the_max_across_ranks(tmp_path):
 def test_contextual_divergence_is_a_clear_error_on_every_rank(tmp_path):
     for r in run_ranks("contextual_diverge", 2, tmp_path):
         assert "RankMismatch" in r["error"] and "key" in r["error"]
+
+
+def test_a_persisted_kernel_pick_on_one_rank_is_every_ranks_and_nothing_is_timed(tmp_path):
+    results = run_ranks("kernel_persist", 2, tmp_path)
+    assert [r["stored"] for r in results] == [1, 0]  # one writer: rank 0
+    assert results[0]["picks"][0] == results[1]["picks"][0] == results[0]["picks"][1] == results[1]["picks"][1]
+    for r in results:
+        first, second, _ = r["timed"].split("|")
+        assert first and not second, r["timed"]  # timed while tuning, not once the entry exists

@@ -388,6 +388,16 @@ def test_print_autotuning_shows_every_candidate_and_the_pick(monkeypatch, capsys
     assert out.count(" ms") == 2 and "failed:" in out
 
 
+def test_print_autotuning_sets_screened_out_candidates_apart(monkeypatch, capsys):
+    monkeypatch.setenv("TRITON_PRINT_AUTOTUNING", "1")
+    configs = [triton.Config({"BLOCK": b}) for b in (16, 32, 64, 128, 256, 512)]
+    _launch_copy(triton.autotune(configs=configs, key=["n"])(_copy), n=2000)
+    out = capsys.readouterr().out
+    head, tail = out.split("screened out (a short round each):")
+    assert head.count(" ms") == 2 and "*" in head  # the two measured fully, the pick among them
+    assert tail.split("best config selected")[0].count(" ms") == 4
+
+
 @pytest.mark.skipif(_compat.autotuning_listener is None or _compat.knobs is None
                     or not hasattr(_compat.knobs.autotuning, "listener"), reason="Triton without listener knob")
 def test_triton_autotuning_listener_still_fires():

@@ -34,6 +34,15 @@ def step(x):
     return y
 
 step(torch.randn(100))
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32, 64, 128)], key=["n"])
+@triton.jit
+def plain_copy(x, y, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)
+
+x = torch.randn(300)
+plain_copy[lambda m: (triton.cdiv(300, m["BLOCK"]),)](x, torch.empty_like(x), 300)
 print("done")
 """
 
@@ -70,8 +79,9 @@ def test_progress_on_a_terminal(tmp_path):
     shown = run(True, tmp_path)
     assert "autotune host" in shown  # the function-level tuner's bar
     assert "[contextual_autotune] copy key=(100" in shown and "candidate 2/2" in shown
+    assert "autotune plain_copy" in shown and "/4 " in shown  # a plain @triton.autotune kernel's bar, 4 candidates
 
 
 def test_no_progress_when_not_a_terminal(tmp_path):
     shown = run(False, tmp_path)
-    assert "autotune host" not in shown and "contextual_autotune" not in shown
+    assert "autotune host" not in shown and "contextual_autotune" not in shown and "plain_copy" not in shown

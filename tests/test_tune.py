@@ -75,6 +75,9 @@ def test_seed_example_tunes_once_returns_the_result_and_caches_on_disk(tunings, 
     key = key_fn(x, 2.5)
     assert scale.best_configs[key]["cfg"].kwargs["BLOCK"] in (128, 256)
     assert len(tunings.records) == 1 and len(tunings.records[0].timings) == 4
+    # Records name the configurations, not their positions in config_space.
+    assert tunings.records[0].best_config in {cache.describe(c) for c in configs()}
+    assert set(tunings.records[0].timings) == {cache.describe(c) for c in configs()}
     out = capsys.readouterr().out
     assert "tuning key" in out and out.count("candidate ") >= 4 and "picked candidate" in out
     scale(x, 2.5)
@@ -193,7 +196,8 @@ def test_failing_candidate_is_infinite_and_all_failing_is_an_error(tunings):
 
     assert f(5) == 5 and f.best_configs[5] == {"mode": "ok"}
     record = tunings.records[0]
-    assert record.timings[0][0] == float("inf") and "MemoryError: out of workspace" in record.failures[0]
+    boom = "{'mode': 'boom'}"
+    assert record.timings[boom][0] == float("inf") and "MemoryError: out of workspace" in record.failures[boom]
 
     @autotune(config_space=[{"mode": 1}, {"mode": 2}], key_fn=lambda x: x)
     def g(x, mode):

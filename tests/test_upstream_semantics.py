@@ -38,6 +38,14 @@ Autotuner = upstream_autotuner.Autotuner
 Config = triton.Config
 
 UPSTREAM, PLUGIN, OWN = "upstream", "plugin", "plugin-own-timing"
+
+
+@pytest.fixture(autouse=True)
+def _no_persisted_picks(monkeypatch):
+    """Upstream times every key in every process and in every new ``Autotuner``. Persisted picks
+    (on by default, ``test_persist.py``) change exactly that, by design; these side-by-side checks
+    of what one tuning does run with them off."""
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_PERSIST", "0")
 MODES = (UPSTREAM, PLUGIN, OWN)
 BY = ["position", "keyword"]
 INTERPRET = DEVICE == "cpu"

@@ -137,10 +137,12 @@ def compile_all(instance: Any, state: KernelState, request: TuningRequest, args:
     return failed
 
 
-def agree(group: Any, state: KernelState, key: Any, configs: list) -> None:
-    """Ranks tuning together check they tune the same key over the same candidates."""
-    if group is not None:
-        distributed.agree(group, state.name, key, [str(c) for c in configs], None)
+def agree(group: Any, state: KernelState, key: Any, configs: list, stored: Optional[int] = None) -> Optional[int]:
+    """Ranks tuning together check they tune the same key over the same candidates, and agree on
+    a pick read from disk (``stored``: its position here): one rank's hit is every rank's."""
+    if group is None:
+        return stored
+    return distributed.agree(group, state.name, key, [str(c) for c in configs], stored)
 
 
 def record_failure(instance: Any, config: Any, reason: str) -> None:

@@ -4,10 +4,12 @@
     triton-dist-tune show NAME                  every candidate of the entries whose name contains NAME
     triton-dist-tune export [-o F] [--format json|csv]
     triton-dist-tune clear [NAME] [--kernels] [--all]
+    triton-dist-tune misses [NAME]              keys launched untuned (frozen mode, CUDA graph capture)
 
-Function-level entries live under ``$HOME/.triton_dist/autotune`` (``TRITON_DIST_AUTOTUNE_DIR``);
-kernel-level ones are Triton's own ``*.autotune.json`` files (``cache_results=True`` or
-``TRITON_CACHE_AUTOTUNING=1``) under ``TRITON_CACHE_DIR`` (default ``$HOME/.triton/cache``).
+Function-level entries live under ``$HOME/.triton_dist/autotune`` (``TRITON_DIST_AUTOTUNE_DIR``),
+and the plugin's kernel-level picks under its ``kernels/`` folder; kernel-level entries also come
+from Triton's own ``*.autotune.json`` files (``cache_results=True`` or ``TRITON_CACHE_AUTOTUNING=1``)
+under ``TRITON_CACHE_DIR`` (default ``$HOME/.triton/cache``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from . import cache
+from . import cache, persist, untuned
 
 
 @dataclass
@@ -62,13 +64,22 @@ def _check(record: dict, fields: dict) -> None:
 
 
 def function_entries() -> list[Entry]:
+    return _plugin_entries("function", "*/*.json", "function")
+
+
+def persisted_kernel_entries() -> list[Entry]:
+    """The kernel-level picks the plugin keeps (``persist.py``)."""
+    return _plugin_entries("kernel", f"{persist.DIRECTORY}/*/*.json", "kernel")
+
+
+def _plugin_entries(kind: str, pattern: str, name_field: str) -> list[Entry]:
     out = []
-    for path in sorted(cache.cache_root().glob("*/*.json")):
+    for path in sorted(cache.cache_root().glob(pattern)):
         rec = cache.read_json(path)
-        if rec is None or "pick" not in rec:
+        if rec is None or ("pick" not in rec and "pick_config" not in rec):
             continue
         try:
-            _check(rec, {"function": str, "key": str, "pick_config": str, "timestamp": str, "candidates": list})
+            _check(rec, {name_field: str, "key": str, "pick_config": str, "timestamp": str, "candidates": list})
             if not all(isinstance(c, dict) for c in rec.get("candidates", [])):
                 raise ValueError("field 'candidates' holds something other than objects")
             cands = [{"config": str(c.get("config")), "ms": _ms(c.get("ms")), "failure": c.get("failure")}
@@ -77,7 +88,7 @@ def function_entries() -> list[Entry]:
             _skip(path, str(exc))
             continue
         best = min((c["ms"] for c in cands if c["ms"] is not None), default=None)
-        out.append(Entry("function", rec.get("function", path.parent.name), rec.get("key", "?"),
+        out.append(Entry(kind, rec.get(name_field, path.parent.name), rec.get("key", "?"),
                          rec.get("pick_config", "?"), best, rec.get("timestamp", ""), str(path), cands))
     return out
 
@@ -147,6 +158,21 @@ def cmd_show(entries: list[Entry]) -> str:
     return "\n\n".join(parts)
 
 
+def cmd_misses(name: Optional[str]) -> str:
+    seen: dict = {}
+    for item in untuned.misses():
+        if name and name not in item["kernel"]:
+            continue
+        row = seen.setdefault((item["kernel"], item["key"]), {"count": 0, "why": set(), "last": ""})
+        row["count"] += 1
+        row["why"].add(str(item.get("why", "")))
+        row["last"] = max(row["last"], str(item.get("timestamp", "")))
+    if not seen:
+        return f"no misses recorded (looked in {cache.cache_root() / untuned.MISSES})"
+    rows = [[k, key, str(r["count"]), ", ".join(sorted(r["why"])), r["last"][:19]] for (k, key), r in seen.items()]
+    return _table(rows, ["kernel", "key", "misses", "during", "last (UTC)"])
+
+
 def cmd_export(entries: list[Entry], fmt: str) -> str:
     if fmt == "json":
         return json.dumps([asdict(e) for e in entries], indent=2, default=str)
@@ -174,9 +200,15 @@ def main(argv: Optional[list[str]] = None) -> int:
             p.add_argument("-o", "--output", help="file to write (default: standard output)")
         if name == "clear":
             p.add_argument("--all", action="store_true", help="required to clear everything when no NAME is given")
+    p = sub.add_parser("misses", help="keys launched untuned (frozen mode, CUDA graph capture), to tune ahead")
+    p.add_argument("name", nargs="?", default=None, help="only kernels whose name contains this")
     args = parser.parse_args(argv)
+    if args.command == "misses":
+        print(cmd_misses(args.name))
+        return 0
 
-    entries = ([] if args.kernels else function_entries()) + ([] if args.functions else kernel_entries())
+    entries = ([] if args.kernels else function_entries()) + (
+        [] if args.functions else persisted_kernel_entries() + kernel_entries())
     if args.name:
         entries = [e for e in entries if args.name in e.name]
     if args.command == "list":
@@ -197,6 +229,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         if not args.name and not args.all and not args.kernels and not args.functions:
             print("refusing to clear everything: name a function or kernel, or pass --all", file=sys.stderr)
             return 2
+        if args.name and not entries:
+            print(f"no entry matches {args.name!r}; `triton-dist-tune list` shows what exists", file=sys.stderr)
+            return 1
         for e in entries:
             for path in (Path(e.path), Path(e.path).with_suffix(".log"), Path(e.path + ".lock")):
                 cache.with_suppress(os.unlink, path)

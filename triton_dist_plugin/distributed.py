@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import hashlib
+import os
 import time
 from datetime import timedelta
 from typing import Any, Iterator, Optional
@@ -82,6 +83,34 @@ def function_group(pg: Any) -> Any:
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         return dist.group.WORLD
     return None
+
+
+def writes_cache(group: Any) -> bool:
+    """One process per node writes a tuning to disk: local rank 0 (every process when alone)."""
+    if group is None:
+        return True
+    local = os.environ.get("LOCAL_RANK")
+    if local is not None:
+        return int(local) == 0
+    import torch.distributed as dist
+
+    return dist.get_rank(group) == 0
+
+
+def rank(group: Any) -> int:
+    if group is None:
+        return 0
+    import torch.distributed as dist
+
+    return dist.get_rank(group)
+
+
+def world_size(group: Any) -> int:
+    if group is None:
+        return 1
+    import torch.distributed as dist
+
+    return dist.get_world_size(group)
 
 
 def _device_for(group: Any) -> str:

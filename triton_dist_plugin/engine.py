@@ -257,7 +257,7 @@ def record(request: TuningRequest, outcome: Optional[Outcome], best: Any, timing
         kernel_name=request.kernel_name, key=request.key, best_config=best, timings=dict(timings or {}),
         failures=dict(outcome.failures) if outcome else {}, bench_time=outcome.bench_time if outcome else None,
         cache_hit=cache_hit, method=method, device=request.device, autotuner=request.autotuner,
-        notes=list(request.notes),
+        notes=list(request.notes), measured=list(outcome.measured) if outcome else [],
     )
     bus.notify(rec)
     return rec

@@ -97,11 +97,16 @@ def tdp_reduce_timings(request, timings, group):
 
 @hookspec
 def tdp_on_tuned(record):
-    """Called once a key has a pick: after timing, or after a disk-cache hit.
+    """Called once a key has a pick: after timing, after a disk-cache hit (the plugin's persisted
+    picks or upstream's ``cache_results``), or when an untuned key is launched without timing
+    (during CUDA graph capture, with a fallback: no timings, a note says so).
 
     For observers (logs, progress, reports); the return value is ignored.
 
     :param record: the :class:`~triton_dist_plugin.requests.TuningRecord`: kernel name, key,
-        every candidate's timing and failure reason, the pick, how long tuning took, whether
-        the result came from the disk cache, and the timing method.
+        every candidate's timing and failure reason, which candidates were measured fully
+        (``measured``; the others hold a short screening round's time), the pick, how long tuning
+        took, whether the result came from the disk cache, and the timing method. Kernel-level
+        records are keyed by ``triton.Config``; function-level ones by each configuration's
+        description (``{'BLOCK': 128}``).
     """

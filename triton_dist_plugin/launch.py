@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from typing import Any
 
-from . import _compat, capture, distributed, engine, isolate, kernel_state, settings, timing
+from . import _compat, cache, distributed, engine, isolate, kernel_state, persist, report, settings, timing, untuned
 from .accuracy import accuracy_check_enabled, check_accuracy
 from .benchmarker import screen_for, user_do_bench
 from .candidates import agree, call_hooks, check_conflicts, compile_all, make_call_factory, select_configs, split_launch
@@ -36,8 +37,8 @@ def run_wrapper(wrapped, instance, args, kwargs):
             active = kernel_state.session
             if active is not None and active.thread == threading.get_ident():
                 return active.launch(instance, state, key, args, kwargs)
-            if capture.capturing():  # nothing may be timed: raise, or launch a fixed config untuned
-                config = capture.fallback(state.name, key, instance.cache, instance.configs[0], instance)
+            if untuned.capturing():  # nothing may be timed: raise, or launch a fixed config untuned
+                config = untuned.fallback(state.name, key, instance.cache, instance.configs[0], instance)
                 return _launch(instance, state, config, args, kwargs)
             config = tune(instance, state, key, args, kwargs)
         cache = instance.cache
@@ -127,7 +128,10 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
     make_call = make_call_factory(instance, state, args, kwargs, pre, post)
     outcome = None
     group = distributed.kernel_group()
-    agree(group, state, key, configs)
+    store = persist.KernelStore(state.name, instance.fn, request.device, distributed.world_size(group)) if \
+        persist.enabled(instance) else None
+    found = store.read(key, configs) if store is not None else None
+    stored = agree(group, state, key, configs, found[0] if found is not None else None)
 
     def bench():
         nonlocal outcome
@@ -144,9 +148,21 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
         wrong = check_accuracy(configs, make_call, named, {**failed, **unsafe}) if accuracy_check_enabled(
             instance) else {}
         do_bench = user_do_bench(instance)
-        outcome = engine.run_candidates(request, configs, make_call, method=method, do_bench=do_bench, group=group,
-                                        screen=screen_for(instance, do_bench), known_failures={**unsafe, **wrong},
-                                        upstream_errors=True)
+        bar, seen = report.progress_bar(len(configs), state.name, not distributed.rank(group)), set()
+
+        def advance(config, timing, reason):  # each candidate once, whatever round timed it
+            if id(config) not in seen:
+                seen.add(id(config))
+                bar.update(1)
+
+        try:
+            outcome = engine.run_candidates(request, configs, make_call, method=method, do_bench=do_bench,
+                                            group=group, screen=screen_for(instance, do_bench),
+                                            known_failures={**unsafe, **wrong}, upstream_errors=True,
+                                            on_candidate=advance if bar is not None else None)
+        finally:
+            if bar is not None:
+                bar.close()
         instance.bench_time = outcome.bench_time
         instance.configs_timings = {c: engine.raw(t) for c, t in outcome.timings.items()}
         instance.cache[key] = outcome.best
@@ -158,16 +174,42 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
     # the group always tunes (and the slowest rank decides).
     if group is None and getattr(instance, "cache_results", False) and hasattr(instance, "check_disk_cache"):
         cache_hit = bool(instance.check_disk_cache(key, configs, bench))
+    elif stored is not None:  # tuned before, in this process or another: nothing is timed
+        instance.cache[key] = configs[stored]
+        # Upstream's attributes as after a tuning: the stored timings (another rank's hit: none here).
+        instance.configs_timings = dict(found[1]) if found is not None and found[0] == stored else {}
+        instance.bench_time = 0.0
+        pre({**dict(zip(state.arg_names, args)), **kwargs, **state.launch_kwargs(configs[stored])}, reset_only=True)
+        request.notes.append(f"pick read from {store.path(key)}" if store is not None else "pick shared by a rank")
+        cache_hit = True
+    elif untuned.frozen():  # a miss never times anything: raise, or launch the nearest key's pick
+        tuned = {**(store.picks(configs) if store is not None else {}), **instance.cache}
+        instance.cache[key] = untuned.frozen_miss(state.name, key, tuned, configs[0], instance, request.device)
+        return instance.cache[key]
     else:
         bench()
+        if store is not None and distributed.writes_cache(group):
+            _persist(store, key, outcome, method)
     best = instance.cache[key]
     timings = getattr(instance, "configs_timings", None) or {}
-    engine.record(request, outcome, best, timings, method=method, cache_hit=cache_hit)
+    # The record holds [p50, p20, p80] lists; configs_timings keeps what the benchmarker returned.
+    listed = outcome.timings if outcome is not None else {
+        c: list(t) if isinstance(t, (list, tuple)) else [t] * 3 for c, t in timings.items()}
+    engine.record(request, outcome, best, listed, method=method, cache_hit=cache_hit)
     listener = _compat.autotuning_listener()
     if listener is not None:
         listener(fn=_compat.jit_function(instance.fn), key=key, best_config=best, configs_timings=timings,
                  duration=None if cache_hit else outcome.bench_time, cache_hit=cache_hit)
     return best
+
+
+def _persist(store: persist.KernelStore, key: tuple, outcome: engine.Outcome, method: str) -> None:
+    try:
+        store.store(key, outcome.best, outcome.timings, outcome.failures, outcome.measured, method, outcome.bench_time)
+    except OSError as exc:  # a full disk or an unwritable directory must not lose the tuning
+        warnings.warn(f"{store.name}: cannot write the autotune cache in {store.dir} ({exc}); the pick for key {key} "
+                      f"is kept in memory for this process only. Point {cache.ROOT_ENV} at a writable directory "
+                      "to keep it across runs.", RuntimeWarning, stacklevel=5)
 
 
 def _isolated(worker: Any, instance: Any, state: KernelState, request: TuningRequest, args: tuple, kwargs: dict,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 from . import _compat
 from .hookspecs import hookimpl
@@ -18,10 +19,16 @@ def format_record(record) -> str:
         + "),",
     ]
     lines += [f"   {note}" for note in getattr(record, "notes", [])]
+    fully = {id(c) for c in getattr(record, "measured", [])}
+    screened = []  # dropped after a short screening round: their times are not comparable
     for config, timing in record.timings.items():
         mark = "*" if config is record.best_config else " "
         shown = f"{timing[0]:.4f} ms" if math.isfinite(timing[0]) else f"failed: {record.failures.get(config, 'inf')}"
-        lines.append(f" {mark} {config}: {shown}")
+        line = f" {mark} {config}: {shown}"
+        (screened if fully and id(config) not in fully and math.isfinite(timing[0]) else lines).append(line)
+    if screened:
+        lines.append("   screened out (a short round each):")
+        lines += screened
     lines.append(f"best config selected: {record.best_config};")
     return "\n".join(lines)
 
@@ -31,3 +38,14 @@ class Reporter:
     def tdp_on_tuned(self, record):
         if _compat.print_autotuning():
             print(format_record(record), flush=True)
+
+
+def progress_bar(total: int, name: str, leader: bool = True):
+    """A progress bar on rank 0, only on a terminal and only when there is something to wait for."""
+    if not leader or total < 2 or not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=f"autotune {name}", leave=False, file=sys.stderr)

@@ -60,3 +60,5 @@ class TuningRecord:
     device: str
     autotuner: Any = None
     notes: list = field(default_factory=list)
+    #: the candidates measured fully; the others in ``timings`` hold a short screening round's time
+    measured: list = field(default_factory=list)

@@ -140,6 +140,10 @@ SETTINGS: tuple[Setting, ...] = (
             "a key never tuned, met while a CUDA graph is captured: `error` raises before anything is enqueued; "
             "`fallback` launches the nearest tuned key's pick (else the first config) and warns",
             _choice("error", "error", "fallback"), "error, fallback"),
+    Setting("TRITON_DIST_AUTOTUNE_FROZEN", "choice", "unset",
+            "a key neither in memory nor on disk is never timed: `strict` raises, `nearest` launches the nearest "
+            "tuned key's pick (else the first config); both record the miss", _choice("", "strict", "nearest"),
+            "strict, nearest (unset: tune as usual)"),
     Setting("TRITON_DIST_AUTOTUNE_ISOLATE", "0/1", "on for `configs=[]` candidates",
             "run each candidate once in a spawned worker first, so one that crashes or hangs fails there, not "
             "in this process; `1`: for every kernel, `0`: never", _optional_bit, "0 or 1 (unset: generated only)"),
@@ -148,11 +152,14 @@ SETTINGS: tuple[Setting, ...] = (
             "a positive number of seconds, such as 30"),
     Setting("TRITON_DIST_AUTOTUNE_DIR", "path", "`$HOME/.triton_dist/autotune`",
             "the function-level tuner's disk cache", lambda raw: raw, "a directory path"),
+    Setting("TRITON_DIST_AUTOTUNE_PERSIST", "0/1", "`1`",
+            "`0`: do not store kernel-level picks on disk (nor read them); each process tunes its own keys",
+            _bit(True), "0 or 1"),
     Setting("TRITON_DIST_AUTOTUNE_ALWAYS_TUNE", "0/1", "`0`",
-            "`1`: never read the function-level cache; every new key is tuned and its entry rewritten", _bit(False),
-            "0 or 1"),
+            "`1`: never read the disk cache (function- and kernel-level); every new key is tuned and its entry "
+            "rewritten", _bit(False), "0 or 1"),
     Setting("TRITON_DIST_AUTOTUNE_VERSION_CHECK", "0/1", "`0`",
-            "`1`: use a function-level entry only if its recorded versions equal the current ones", _bit(False),
+            "`1`: use a disk entry only if its recorded versions equal the current ones", _bit(False),
             "0 or 1"),
     # Read here, owned (and checked) elsewhere.
     Setting("TRITON_INTERPRET", "0/1", "`0`", "Triton's interpreter: kernels run on the CPU, timed with the wall clock",

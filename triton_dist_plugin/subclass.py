@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from . import _compat, bus, capture, distributed, engine, kernel_state, settings, timing
+from . import _compat, bus, distributed, engine, kernel_state, settings, timing, untuned
 from . import batch as _batch
 from .accuracy import accuracy_check_enabled, check_accuracy
 from .benchmarker import screen_for, user_do_bench
@@ -47,8 +47,8 @@ def bench_wrapper(wrapped, instance, args, kwargs):
     meta = dict(kwargs)
     config = meta.pop("config")
     state = state_of(instance)
-    if capture.capturing():
-        capture.refuse(state.name)
+    if untuned.capturing():
+        untuned.refuse(state.name)
     check_conflicts(state.name, split_launch(state, args, meta)[1], [config])
     found = _batch.answer(instance, config, args, meta, lambda configs: _subclass_round(instance, state, args,
                                                                                           meta, configs))
@@ -70,8 +70,8 @@ def batch_bench_wrapper(wrapped, instance, args, kwargs):
     so through ``tdp_time_candidate``. Its timings then go through ``tdp_reduce_timings`` (ranks
     agree and take the slowest), and ``tdp_on_tuned`` receives the record."""
     state = state_of(instance)
-    if capture.capturing():
-        capture.refuse(state.name)
+    if untuned.capturing():
+        untuned.refuse(state.name)
     meta = {k: v for k, v in kwargs.items() if k != "configs"}
     _, launch, named, rest = split_launch(state, args, meta)
     wrong: dict = {}

@@ -22,12 +22,11 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import os
 import sys
 import warnings
 from typing import Any, Callable, Optional
 
-from . import _compat, cache, capture, distributed, engine, settings
+from . import _compat, cache, distributed, engine, report, settings, untuned
 from .requests import TuningRequest
 
 log = logging.getLogger("triton_dist_plugin.tune")
@@ -93,8 +92,8 @@ class AutoTuner:
         if best is None:
             if self.fields & kwargs.keys() and not autotune_allow_arg_overwrite:
                 return self._call(args, kwargs, {}, False)  # raises the clear error before any tuning
-            if capture.capturing():  # timing would break the capture: raise, or run a fixed config untuned
-                config = capture.fallback(self.name, key, self.best_configs, self.config_space[0])
+            if untuned.capturing():  # timing would break the capture: raise, or run a fixed config untuned
+                config = untuned.fallback(self.name, key, self.best_configs, self.config_space[0])
                 return self._call(args, kwargs, config, autotune_allow_arg_overwrite)
             best = self._tune(key, args, kwargs, distributed.function_group(autotune_pg), autotune_verbose,
                               autotune_allow_arg_overwrite)
@@ -135,11 +134,15 @@ class AutoTuner:
             logger.info("%s: key %r found in the cache: %s", self.name, key, reprs[cached])
             self.best_configs[key] = self.config_space[cached]
             return self.config_space[cached]
+        if untuned.frozen():  # a miss never times anything: raise, or the nearest key's pick
+            self.best_configs[key] = untuned.frozen_miss(self.name, key, self.best_configs, self.config_space[0],
+                                                         device=device)
+            return self.best_configs[key]
 
         logger.info("%s: tuning key %r over %d of %d candidates on %s%s", self.name, key, len(retained),
                     len(self.config_space), device, f" with {world} ranks" if world > 1 else "")
         request = TuningRequest(self.name, key if _hashable(key) else repr(key), device, {}, dict(kwargs))
-        bar = _progress(len(retained), self.fn.__qualname__, rank == 0)
+        bar = report.progress_bar(len(retained), self.fn.__qualname__, rank == 0)
         lines: list[str] = []
 
         def make_call(index: int) -> Callable[[], Any]:
@@ -163,10 +166,14 @@ class AutoTuner:
             if bar is not None:
                 bar.close()
         best = outcome.best
-        engine.record(request, outcome, best, outcome.timings, method=method, cache_hit=False)
+        # Observers and the report see the configurations themselves, by their description.
+        named = engine.Outcome(best=reprs[best], timings={reprs[i]: t for i, t in outcome.timings.items()},
+                               failures={reprs[i]: r for i, r in outcome.failures.items()},
+                               bench_time=outcome.bench_time, measured=[reprs[i] for i in outcome.measured])
+        engine.record(request, named, named.best, named.timings, method=method, cache_hit=False)
         logger.info("%s: picked candidate %d %s in %.2fs", self.name, best, reprs[best], outcome.bench_time)
         self.best_configs[key] = self.config_space[best]  # kept whatever happens on disk
-        if _writes_cache(group):
+        if distributed.writes_cache(group):
             try:
                 path = store.store(key, {
                     "pick": best, "pick_config": reprs[best], "method": method,
@@ -198,18 +205,6 @@ def _hashable(key: Any) -> bool:
         return False
 
 
-def _writes_cache(group: Any) -> bool:
-    """One process per node writes: local rank 0 (or every process when tuning alone)."""
-    if group is None:
-        return True
-    local = os.environ.get("LOCAL_RANK")
-    if local is not None:
-        return int(local) == 0
-    import torch.distributed as dist
-
-    return dist.get_rank(group) == 0
-
-
 def _logger(verbose: bool) -> logging.Logger:
     if verbose and not any(getattr(h, "_tdp", False) for h in log.handlers):
         handler = logging.StreamHandler(sys.stdout)
@@ -218,17 +213,6 @@ def _logger(verbose: bool) -> logging.Logger:
         log.addHandler(handler)
     log.setLevel(logging.INFO if verbose else logging.WARNING)
     return log
-
-
-def _progress(total: int, name: str, leader: bool):
-    """A progress bar on rank 0, only on a terminal and only when there is something to wait for."""
-    if not leader or total < 2 or not sys.stderr.isatty():
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc=f"autotune {name}", leave=False, file=sys.stderr)
 
 
 def autotune(

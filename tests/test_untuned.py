@@ -1,0 +1,190 @@
+"""A miss while a CUDA graph is being captured: raise before enqueueing, or launch a fallback.
+
+There is no GPU here, so "a capture is in progress" is the one thing stood in for: the probe
+``untuned.capturing`` answers True as ``torch.cuda.is_current_stream_capturing()`` would on a GPU
+inside ``torch.cuda.graph(...)``. Everything else (the kernel, tuning, the fallback launch) is real.
+``benchmarks/bench_faults_gpu.py`` runs the real capture on a GPU.
+"""
+
+import pytest
+import torch
+import triton
+from helpers import DEVICE, Recorder
+
+from kernels import KERNELS
+from triton_dist_plugin import untuned
+
+ADD = KERNELS["add"]
+
+
+@pytest.fixture
+def recorder(plugins):
+    rec = Recorder()
+    plugins(rec)
+    return rec
+
+
+@pytest.fixture
+def capturing(monkeypatch):
+    monkeypatch.setattr(untuned, "capturing", lambda: True)
+    return monkeypatch
+
+
+def launch(kernel, n):
+    x, y = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
+    out = torch.full((n,), -1.0, device=DEVICE)
+    kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, y, out, n)
+    return x, y, out
+
+
+def test_an_untuned_key_in_a_capture_raises_before_anything_runs(recorder, capturing):
+    kernel = triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit)
+    with pytest.raises(untuned.TuningDuringCapture, match=r"add_kernel: key \(300, .*never tuned.*warm-up"):
+        n = 300
+        x, y = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
+        out = torch.full((n,), -1.0, device=DEVICE)
+        kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, y, out, n)
+    assert torch.all(out == -1.0) and not kernel.cache and not recorder.timed  # nothing ran or was timed
+    capturing.undo()  # the capture is over: the same launch tunes
+    x, y, out = launch(kernel, 300)
+    torch.testing.assert_close(out, x + y)
+    assert len(kernel.cache) == 1
+
+
+def tuned_then_capturing(monkeypatch, n):
+    """The add kernel tuned for ``n``, then a capture begins."""
+    kernel = triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit)
+    launch(kernel, n)
+    monkeypatch.setattr(untuned, "capturing", lambda: True)
+    return kernel
+
+
+def test_keys_tuned_before_the_capture_launch_inside_it(recorder, monkeypatch):
+    x, y, out = launch(tuned_then_capturing(monkeypatch, 300), 300)
+    torch.testing.assert_close(out, x + y)
+    assert len(recorder.records) == 1
+
+
+def test_fallback_launches_the_nearest_tuned_keys_pick_and_records_the_miss(recorder, monkeypatch):
+    kernel = tuned_then_capturing(monkeypatch, 1000)
+    tuned_pick = kernel.best_config
+    monkeypatch.setenv(untuned.ENV, "fallback")
+    with pytest.warns(RuntimeWarning, match=r"key \(900, .*nearest tuned key \(1000, "):
+        x, y, out = launch(kernel, 900)
+    torch.testing.assert_close(out, x + y)
+    assert kernel.best_config is tuned_pick and len(kernel.cache) == 1  # the key stays untuned
+    miss = recorder.records[-1]
+    assert miss.key[0] == 900 and miss.best_config is tuned_pick and not miss.timings
+    assert any("CUDA graph capture" in note for note in miss.notes)
+    with pytest.warns(RuntimeWarning, match="launching the first config"):  # nothing comparable tuned
+        launch(triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit), 900)
+
+
+def test_a_bad_capture_setting_names_itself(monkeypatch):
+    from triton_dist_plugin import SettingError, settings
+
+    monkeypatch.setenv(untuned.ENV, "skip")
+    with pytest.raises(SettingError, match=f"{untuned.ENV}='skip'.*error, fallback"):
+        settings.validate()
+
+
+def test_nearest_key_matches_dtypes_and_weighs_shapes_by_ratio():
+    keys = [(1024, "torch.float16"), (4096, "torch.float16"), (2000, "torch.float32")]
+    assert untuned.nearest(keys, (1500, "torch.float16")) == (1024, "torch.float16")
+    assert untuned.nearest(keys, (3000, "torch.float16")) == (4096, "torch.float16")
+    assert untuned.nearest(keys, (2000, "torch.bfloat16")) is None
+    assert untuned.nearest(keys, (2000, "torch.float32", 1)) is None
+
+
+def test_a_subclass_loop_in_a_capture_raises_before_its_first_timing(recorder, capturing):
+    from triton_dist_plugin import _compat
+
+    class OwnLoop(_compat.Autotuner):  # FlagGems' LibTuner shape: its own run() over _bench
+        def run(self, *args, **kwargs):
+            self.nargs = dict(zip(self.arg_names, args))
+            timings = {c: self._bench(*args, config=c, **kwargs) for c in self.prune_configs(kwargs)}
+            best = min(timings, key=timings.get)
+            return self.fn.run(*args, **kwargs, **best.all_kwargs())
+
+    kernel = OwnLoop(ADD.jit, ADD.jit.arg_names, ADD.configs(DEVICE), ADD.key, None, None)
+    with pytest.raises(untuned.TuningDuringCapture, match="add_kernel: its tuner's own loop"):
+        launch(kernel, 300)
+    assert not recorder.timed
+
+
+def test_the_function_level_tuner_in_a_capture_raises_or_falls_back(capturing):
+    from triton_dist_plugin.tune import autotune
+
+    calls = []
+
+    @autotune(config_space=[{"factor": 1}, {"factor": 2}], key_fn=lambda x: tuple(x.shape))
+    def scaled(x, factor):
+        calls.append(factor)
+        return x * factor
+
+    with pytest.raises(untuned.TuningDuringCapture, match=r"scaled: key \(4,\) was never tuned"):
+        scaled(torch.ones(4))
+    assert not calls and not scaled.best_configs
+    capturing.setenv(untuned.ENV, "fallback")
+    with pytest.warns(RuntimeWarning, match="launching the first config"):
+        assert torch.equal(scaled(torch.ones(4)), torch.ones(4))
+    assert calls == [1] and not scaled.best_configs
+
+
+# ---------------------------------------------------------------------------------------------
+# Frozen mode: a key neither in memory nor on disk is never timed
+# ---------------------------------------------------------------------------------------------
+
+
+def test_frozen_strict_raises_names_the_key_and_times_nothing(recorder, monkeypatch):
+    kernel = triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit)
+    launch(kernel, 1000)  # tuned and persisted while not frozen
+    monkeypatch.setenv(untuned.FROZEN_ENV, "strict")
+    timed = len(recorder.timed)
+    fresh = triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit)
+    x, y, out = launch(fresh, 1000)  # the persisted pick: not a miss
+    torch.testing.assert_close(out, x + y)
+    with pytest.raises(untuned.FrozenMiss, match=r"add_kernel: key \(900, .*FROZEN=strict.*misses"):
+        launch(fresh, 900)
+    assert len(recorder.timed) == timed  # nothing timed in frozen mode
+    assert [(m["kernel"], m["key"][:5], m["why"]) for m in untuned.misses()] == [("add_kernel", "(900,", "strict")]
+
+
+def test_frozen_nearest_launches_the_nearest_persisted_pick_and_records_the_miss(recorder, monkeypatch):
+    launch(triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit), 1000)
+    pick = str(recorder.records[-1].best_config)
+    timed = len(recorder.timed)
+    monkeypatch.setenv(untuned.FROZEN_ENV, "nearest")
+    fresh = triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit)  # knows no key in memory
+    with pytest.warns(RuntimeWarning, match=r"key \(900, .*\(frozen mode\).*nearest tuned key \(1000, "):
+        x, y, out = launch(fresh, 900)
+    torch.testing.assert_close(out, x + y)
+    assert str(fresh.best_config) == pick and len(recorder.timed) == timed
+    launch(fresh, 900)  # kept for this key in this process: no second miss
+    assert len(untuned.misses()) == 1
+
+
+def test_frozen_function_level_tuner_and_the_misses_command(monkeypatch):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from triton_dist_plugin.tune import autotune
+
+    @autotune(config_space=[{"factor": 1}, {"factor": 2}], key_fn=lambda x: tuple(x.shape))
+    def scaled(x, factor):
+        return x * factor
+
+    monkeypatch.setenv(untuned.FROZEN_ENV, "nearest")
+    with pytest.warns(RuntimeWarning, match="launching the first config"):
+        assert torch.equal(scaled(torch.ones(3)), torch.ones(3))
+    monkeypatch.setenv(untuned.FROZEN_ENV, "strict")
+    with pytest.raises(untuned.FrozenMiss):
+        scaled(torch.ones(5))
+    script = Path(sys.executable).parent / "triton-dist-tune"
+    shown = subprocess.run([str(script), "misses"], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0].split()[:3] == ["kernel", "key", "misses"]
+    assert any("scaled" in line and "(3,)" in line and "frozen mode" in line for line in lines)
+    assert any("scaled" in line and "(5,)" in line and "strict" in line for line in lines)

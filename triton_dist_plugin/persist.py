@@ -1,0 +1,134 @@
+"""Kernel-level picks on disk: a key one process tuned is never timed again by another.
+
+Every key a ``@triton.autotune`` kernel tunes is stored as one JSON file under
+``<cache root>/kernels/<kernel name>/`` (the root of :mod:`.cache`, beside the function-level
+entries), keyed by the kernel's source and the sources it calls (Triton's own ``cache_key``),
+the hardware and the tuning key. Versions are recorded and, with
+``TRITON_DIST_AUTOTUNE_VERSION_CHECK=1``, enforced; ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1`` never
+reads; writes are atomic and an unreadable file is re-tuned and replaced, as for function-level
+entries. ``TRITON_DIST_AUTOTUNE_PERSIST=0`` turns it off; so does upstream's own disk cache
+(``cache_results=True``), which then keeps its meaning for that kernel.
+
+A stored pick counts only if it is still one of the kernel's current candidates (compared by
+their description); otherwise the key is tuned again.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any, Optional
+
+from . import _compat, cache, settings
+
+ENV = "TRITON_DIST_AUTOTUNE_PERSIST"
+FORMAT = 1
+DIRECTORY = "kernels"
+
+
+def enabled(instance: Any) -> bool:
+    return settings.value(ENV) and not getattr(instance, "cache_results", False)
+
+
+def source_digest(fn: Any) -> str:
+    """The kernel's source and the sources of the jit functions it calls (Triton's ``cache_key``)."""
+    jit = _compat.jit_function(fn)
+    key = getattr(jit, "cache_key", None)
+    if isinstance(key, str):
+        return key
+    return hashlib.sha256(cache._source_of(_compat.base_function(fn)).encode()).hexdigest()
+
+
+class KernelStore:
+    """The persisted picks of one kernel on one machine."""
+
+    def __init__(self, name: str, fn: Any, device: str, world: int):
+        self.name = name
+        self.source = source_digest(fn)
+        self.hw = cache.hardware(device, world)
+        self.dir = cache.cache_root() / DIRECTORY / cache.safe_name(name)
+
+    def path(self, key: Any) -> Path:
+        digest = hashlib.sha256(json.dumps([self.source, self.hw, repr(key)], sort_keys=True, default=str).encode())
+        return self.dir / f"{digest.hexdigest()[:32]}.json"
+
+    def lookup(self, key: Any, configs: list) -> Optional[int]:
+        """The position in ``configs`` of the stored pick for ``key``, or None."""
+        found = self.read(key, configs)
+        return found[0] if found is not None else None
+
+    def read(self, key: Any, configs: list) -> Optional[tuple[int, dict]]:
+        """The stored pick's position in ``configs`` and the stored timings of those of ``configs``
+        it timed, as upstream's ``configs_timings`` holds them; None when there is no usable entry."""
+        if settings.value(cache.ALWAYS_TUNE_ENV):
+            return None
+        record = cache.read_json(self.path(key))
+        if record is None:
+            return None
+        if record.get("format") != FORMAT or record.get("key") != repr(key):
+            warnings.warn(f"autotune cache {self.path(key)} is not {self.name}'s entry for key {key}; re-tuning",
+                          RuntimeWarning, stacklevel=3)
+            return None
+        if settings.value(cache.VERSION_CHECK_ENV) and record.get("versions") != cache.versions():
+            return None
+        described = [cache.describe(c) for c in configs]
+        pick = record.get("pick_config")
+        if pick not in described:
+            return None
+        stored = {c.get("config"): c.get("timing") for c in record.get("candidates", []) if isinstance(c, dict)}
+        timings = {c: _timing(stored[d]) for c, d in zip(configs, described) if d in stored}
+        return described.index(pick), timings
+
+    def picks(self, configs: list) -> dict:
+        """``{key: config}`` for every stored key of this kernel on this machine whose pick is
+        still one of ``configs`` (for frozen mode's nearest key)."""
+        import ast
+
+        described = {cache.describe(c): c for c in configs}
+        found = {}
+        for path in sorted(self.dir.glob("*.json")):
+            record = cache.read_json(path)
+            if not record or record.get("source") != self.source or record.get("hardware") != self.hw:
+                continue
+            try:
+                key = ast.literal_eval(record.get("key", ""))
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                continue
+            if isinstance(key, tuple) and record.get("pick_config") in described:
+                found[key] = described[record["pick_config"]]
+        return found
+
+    def store(self, key: Any, best: Any, timings: dict, failures: dict, measured: list, method: str,
+              bench_time: Optional[float]) -> Path:
+        path = self.path(key)
+        fully = {id(c) for c in measured}
+        cache.write_json_atomic(path, {
+            "format": FORMAT, "kernel": self.name, "key": repr(key), "source": self.source, "hardware": self.hw,
+            "versions": cache.versions(), "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+            "pick_config": cache.describe(best), "method": method, "bench_time_s": bench_time,
+            "candidates": [{"config": cache.describe(c), "ms": _finite(t), "timing": _plain(t),
+                            "failure": failures.get(c), "measured": id(c) in fully} for c, t in timings.items()],
+        })
+        return path
+
+
+def _finite(timing: Any) -> Optional[float]:
+    value = timing[0] if isinstance(timing, (list, tuple)) and timing else timing
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _plain(timing: Any) -> Any:
+    """A timing as JSON holds it (infinity as null), keeping upstream's shape: a list or a number."""
+    if isinstance(timing, (list, tuple)):
+        return [_finite(v) for v in timing]
+    return _finite(timing)
+
+
+def _timing(value: Any) -> Any:
+    if isinstance(value, list):
+        return [float(v) if isinstance(v, (int, float)) else math.inf for v in value]
+    return float(value) if isinstance(value, (int, float)) else math.inf
