@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+# Picks persist on disk by default: a benchmark starts from an empty plugin cache of its own
+# (scripts that compare first calls give each child process its own, too).
+os.environ.setdefault("TRITON_DIST_AUTOTUNE_DIR", tempfile.mkdtemp(prefix="tdp-bench-"))
 
 
 def host_loop(f: Callable[[], Any], iters: int = 20000) -> float:

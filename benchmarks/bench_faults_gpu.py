@@ -102,8 +102,8 @@ def child_cost() -> dict:
 def run_child(name: str, env: dict, plugin: bool = True) -> dict:
     with tempfile.TemporaryDirectory() as cache:
         path = os.pathsep.join([str(ROOT), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")])
-        full = {**os.environ, "TRITON_CACHE_DIR": cache, "PYTHONPATH": path, "TDP_PLUGIN": "1" if plugin else "0",
-                **env}
+        full = {**os.environ, "TRITON_CACHE_DIR": cache, "TRITON_DIST_AUTOTUNE_DIR": os.path.join(cache, "tdp"),
+                "PYTHONPATH": path, "TDP_PLUGIN": "1" if plugin else "0", **env}
         if not plugin:
             full["TRITON_DIST_PLUGIN_DISABLE"] = "1"
         t0 = time.perf_counter()

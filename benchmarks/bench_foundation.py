@@ -175,7 +175,8 @@ def cache_probe(cache_dir: str) -> dict:
         "x,y=add.make_inputs('gpu','cuda')\no=add.launch(k,x,y)\ntorch.cuda.synchronize()\n"
         "print(hits, torch.equal(o, x+y))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_CACHE_DIR": cache_dir}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_CACHE_DIR": cache_dir,
+           "TRITON_DIST_AUTOTUNE_DIR": os.path.join(cache_dir, "tdp")}
     runs = [subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env,
                            timeout=600) for _ in range(2)]
     return {"first": (runs[0].stdout or runs[0].stderr[-500:]).strip(),

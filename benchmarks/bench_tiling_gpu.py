@@ -190,7 +190,8 @@ def main() -> None:
     sides = os.environ.get("TDP_SIDES", "upstream,plugin").split(",")
     for side in sides if "first_call" in only else ():
         with tempfile.TemporaryDirectory() as cache:
-            results[side] = run_child(side, {"TRITON_CACHE_DIR": cache})
+            results[side] = run_child(side, {"TRITON_CACHE_DIR": cache,
+                                             "TRITON_DIST_AUTOTUNE_DIR": os.path.join(cache, "tdp")})
             print(side, results[side], flush=True)
     picks = {s: results[s]["pick"] for s in ("upstream", "plugin") if "pick" in results.get(s, {})}
     results["exhaustive"] = run_child("exhaustive", {"TDP_PICKS": json.dumps(picks)}) if "exhaustive" in only else {}

@@ -8,6 +8,7 @@ import tempfile
 import time
 
 os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
+os.environ["TRITON_DIST_AUTOTUNE_DIR"] = tempfile.mkdtemp()  # picks persist: start from none
 import torch  # noqa: E402
 import triton  # noqa: E402
 
