@@ -16,16 +16,15 @@ ADD = KERNELS["add"]
 
 # One process: tune the add kernel for n=1000 and report what was timed and picked.
 CHILD = textwrap.dedent("""
-    import json, torch, triton
+    import json, sys, torch, triton
     import triton_dist_plugin as tdp
+    sys.path.insert(0, "tests")
+    from helpers import Recorder
     from kernels import KERNELS
 
-    timed = []
-    class Count:
-        @tdp.hookimpl
-        def tdp_time_candidate(self, request):
-            timed.append(str(request.config))
-    tdp.register(Count())
+    rec = Recorder()
+    tdp.register(rec)
+    timed = rec.timed
     add = KERNELS["add"]
     kernel = triton.autotune(configs=add.configs("cpu"), key=add.key)(add.jit)
     x, y = add.make_inputs("tiny", "cpu")

@@ -16,7 +16,6 @@ import json
 import os
 import platform
 import re
-import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -104,9 +103,13 @@ def versions() -> dict:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             pass
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        out["cuda"] = getattr(torch.version, "cuda", None)
+    try:  # the same answer whether or not the caller imported torch yet
+        import torch
+    except ImportError:
+        return out
+    cuda = getattr(torch.version, "cuda", None)
+    if cuda is not None:
+        out["cuda"] = cuda
     return out
 
 

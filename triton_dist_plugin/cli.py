@@ -4,7 +4,9 @@
     triton-dist-tune show NAME                  every candidate of the entries whose name contains NAME
     triton-dist-tune export [-o F] [--format json|csv]
     triton-dist-tune clear [NAME] [--kernels] [--all]
+    triton-dist-tune import FILE                the picks of an exported manifest, into the cache
     triton-dist-tune misses [NAME]              keys launched untuned (frozen mode, CUDA graph capture)
+    triton-dist-tune pretune MODULE:FUNCTION --cases FILE.json|MODULE:CALLABLE
 
 Function-level entries live under ``$HOME/.triton_dist/autotune`` (``TRITON_DIST_AUTOTUNE_DIR``),
 and the plugin's kernel-level picks under its ``kernels/`` folder; kernel-level entries also come
@@ -25,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from . import cache, persist, untuned
+from . import cache, manifest, persist, untuned
 
 
 @dataclass
@@ -38,6 +40,7 @@ class Entry:
     when: str
     path: str
     candidates: list = field(default_factory=list)
+    restore: dict = field(default_factory=dict)  # the plugin's own entries: what `import` writes back
 
 
 def kernel_cache_root() -> Path:
@@ -89,7 +92,8 @@ def _plugin_entries(kind: str, pattern: str, name_field: str) -> list[Entry]:
             continue
         best = min((c["ms"] for c in cands if c["ms"] is not None), default=None)
         out.append(Entry(kind, rec.get(name_field, path.parent.name), rec.get("key", "?"),
-                         rec.get("pick_config", "?"), best, rec.get("timestamp", ""), str(path), cands))
+                         rec.get("pick_config", "?"), best, rec.get("timestamp", ""), str(path), cands,
+                         manifest.entry(kind, path, rec)))
     return out
 
 
@@ -175,7 +179,8 @@ def cmd_misses(name: Optional[str]) -> str:
 
 def cmd_export(entries: list[Entry], fmt: str) -> str:
     if fmt == "json":
-        return json.dumps([asdict(e) for e in entries], indent=2, default=str)
+        items = [{**{k: v for k, v in asdict(e).items() if k != "restore"}, **e.restore} for e in entries]
+        return json.dumps(items, indent=2, default=str)
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(["kind", "name", "key", "pick", "best_ms", "when", "path"])
@@ -200,12 +205,37 @@ def main(argv: Optional[list[str]] = None) -> int:
             p.add_argument("-o", "--output", help="file to write (default: standard output)")
         if name == "clear":
             p.add_argument("--all", action="store_true", help="required to clear everything when no NAME is given")
+    p = sub.add_parser("import", help="put a manifest's picks into the cache (hardware and versions must match)")
+    p.add_argument("file", help="a manifest written by `triton-dist-tune export`")
+    p = sub.add_parser("pretune", help="tune a function's kernels over argument cases, ahead of time")
+    p.add_argument("function", help="MODULE:FUNCTION that launches the kernels, called once per case")
+    p.add_argument("--cases", required=True,
+                   help="a JSON file (a list of keyword-argument objects) or MODULE:CALLABLE returning the cases")
     p = sub.add_parser("misses", help="keys launched untuned (frozen mode, CUDA graph capture), to tune ahead")
     p.add_argument("name", nargs="?", default=None, help="only kernels whose name contains this")
     args = parser.parse_args(argv)
     if args.command == "misses":
         print(cmd_misses(args.name))
         return 0
+    if args.command == "import":
+        try:
+            written, present, skipped = manifest.import_file(Path(args.file))
+        except ValueError as exc:
+            print(f"triton-dist-tune import: {exc}", file=sys.stderr)
+            return 1
+        for reason in skipped:
+            print(f"triton-dist-tune import: skipped {reason}", file=sys.stderr)
+        print(f"imported {written} entries into {cache.cache_root()}; {present} were already there, "
+              f"{len(skipped)} skipped")
+        return 0
+    if args.command == "pretune":
+        from . import pretune
+
+        try:
+            return pretune.main(args.function, args.cases)
+        except (ValueError, ImportError, AttributeError, RuntimeError) as exc:
+            print(f"triton-dist-tune pretune: {exc}", file=sys.stderr)
+            return 1
 
     entries = ([] if args.kernels else function_entries()) + (
         [] if args.functions else persisted_kernel_entries() + kernel_entries())

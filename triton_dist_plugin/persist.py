@@ -23,7 +23,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from . import _compat, cache, settings
+from . import _compat, cache, manifest, settings
 
 ENV = "TRITON_DIST_AUTOTUNE_PERSIST"
 FORMAT = 1
@@ -66,6 +66,7 @@ class KernelStore:
         it timed, as upstream's ``configs_timings`` holds them; None when there is no usable entry."""
         if settings.value(cache.ALWAYS_TUNE_ENV):
             return None
+        manifest.load_from_env()
         record = cache.read_json(self.path(key))
         if record is None:
             return None

@@ -150,6 +150,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TRITON_DIST_AUTOTUNE_ISOLATE_TIMEOUT", "seconds", "`30`",
             "how long one candidate may run in the isolation worker before it counts as hung", _seconds(30.0),
             "a positive number of seconds, such as 30"),
+    Setting("TRITON_DIST_AUTOTUNE_MANIFEST", "path", "unset",
+            "a manifest from `triton-dist-tune export`, imported into the cache before the first lookup; entries "
+            "from other hardware or versions are skipped with a warning", lambda raw: raw, "a file path"),
     Setting("TRITON_DIST_AUTOTUNE_DIR", "path", "`$HOME/.triton_dist/autotune`",
             "the function-level tuner's disk cache", lambda raw: raw, "a directory path"),
     Setting("TRITON_DIST_AUTOTUNE_PERSIST", "0/1", "`1`",

@@ -26,7 +26,7 @@ import sys
 import warnings
 from typing import Any, Callable, Optional
 
-from . import _compat, cache, distributed, engine, report, settings, untuned
+from . import _compat, cache, distributed, engine, manifest, report, settings, untuned
 from .requests import TuningRequest
 
 log = logging.getLogger("triton_dist_plugin.tune")
@@ -124,6 +124,7 @@ class AutoTuner:
         if not retained:
             raise ValueError(f"{self.fn.__qualname__}: prune_fn kept none of the {len(self.config_space)} "
                              f"candidates for key {key!r}; it must keep at least one")
+        manifest.load_from_env()
         record = store.load(key, reprs)
         cached = record["pick"] if record is not None and record["pick"] in retained else None
         if group is not None:
