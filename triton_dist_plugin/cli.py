@@ -4,6 +4,7 @@
     triton-dist-tune show NAME                  every candidate of the entries whose name contains NAME
     triton-dist-tune export [-o F] [--format json|csv]
     triton-dist-tune clear [NAME] [--kernels] [--all]
+    triton-dist-tune report -o FILE [NAME]      one HTML page: a chart of every candidate per entry
     triton-dist-tune import FILE                the picks of an exported manifest, into the cache
     triton-dist-tune misses [NAME]              keys launched untuned (frozen mode, CUDA graph capture)
     triton-dist-tune pretune MODULE:FUNCTION --cases FILE.json|MODULE:CALLABLE
@@ -85,8 +86,8 @@ def _plugin_entries(kind: str, pattern: str, name_field: str) -> list[Entry]:
             _check(rec, {name_field: str, "key": str, "pick_config": str, "timestamp": str, "candidates": list})
             if not all(isinstance(c, dict) for c in rec.get("candidates", [])):
                 raise ValueError("field 'candidates' holds something other than objects")
-            cands = [{"config": str(c.get("config")), "ms": _ms(c.get("ms")), "failure": c.get("failure")}
-                     for c in rec.get("candidates", [])]
+            cands = [{"config": str(c.get("config")), "ms": _ms(c.get("ms")), "failure": c.get("failure"),
+                      "measured": c.get("measured", True) is not False} for c in rec.get("candidates", [])]
         except ValueError as exc:
             _skip(path, str(exc))
             continue
@@ -193,7 +194,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="triton-dist-tune", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, helptext in (("list", "list every entry"), ("show", "every candidate of matching entries"),
-                           ("export", "write a manifest"), ("clear", "delete entries")):
+                           ("export", "write a manifest"), ("clear", "delete entries"),
+                           ("report", "write one self-contained HTML page with a chart per entry")):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("name", nargs="?" if name != "show" else None, default=None,
                        help="only entries whose name contains this")
@@ -202,7 +204,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         group.add_argument("--functions", action="store_true", help="only function-level entries")
         if name == "export":
             p.add_argument("--format", choices=("json", "csv"), default="json")
-            p.add_argument("-o", "--output", help="file to write (default: standard output)")
+        if name in ("export", "report"):
+            p.add_argument("-o", "--output", required=name == "report",
+                           help="file to write" + (" (default: standard output)" if name == "export" else ""))
         if name == "clear":
             p.add_argument("--all", action="store_true", help="required to clear everything when no NAME is given")
     p = sub.add_parser("import", help="put a manifest's picks into the cache (hardware and versions must match)")
@@ -255,6 +259,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"wrote {len(entries)} entries to {args.output}")
         else:
             print(text)
+    elif args.command == "report":
+        from . import html_report
+
+        Path(args.output).write_text(html_report.render(entries))
+        print(f"wrote a report of {len(entries)} entries to {args.output}")
     elif args.command == "clear":
         if not args.name and not args.all and not args.kernels and not args.functions:
             print("refusing to clear everything: name a function or kernel, or pass --all", file=sys.stderr)

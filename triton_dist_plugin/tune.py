@@ -180,7 +180,8 @@ class AutoTuner:
                     "pick": best, "pick_config": reprs[best], "method": method,
                     "bench_time_s": outcome.bench_time, "retained": retained,
                     "candidates": [{"index": i, "config": reprs[i], "ms": t if all(map(_finite, t)) else None,
-                                    "failure": outcome.failures.get(i)} for i, t in outcome.timings.items()],
+                                    "failure": outcome.failures.get(i), "measured": i in outcome.measured}
+                                   for i, t in outcome.timings.items()],
                 })
                 stamp = dt.datetime.now(dt.timezone.utc).isoformat()
                 with open(path.with_suffix(".log"), "a") as f:
