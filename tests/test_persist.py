@@ -7,7 +7,7 @@ import textwrap
 import pytest
 import torch
 import triton
-from helpers import DEVICE, Recorder, run_python
+from helpers import DEVICE, ROOT, Recorder, run_python
 
 from kernels import KERNELS
 from triton_dist_plugin import cache, persist
@@ -103,3 +103,22 @@ def test_upstreams_own_disk_cache_keeps_its_meaning(monkeypatch):
     assert persist.enabled(kernel)
     monkeypatch.setenv(persist.ENV, "0")
     assert not persist.enabled(kernel)
+
+
+def test_processes_sharing_one_cache_directory_leave_one_valid_entry(tmp_path):
+    """As on a shared filesystem: four processes tune the same key into one directory at once."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-2000:]
+    (path,) = entries(tmp_path / "tdp-cache")
+    # Whole, valid JSON from one of the writers (each tuned on its own; the last replace wins).
+    assert json.loads(path.read_text())["pick_config"] in {cache.describe(c) for c in ADD.configs("cpu")}
+    assert not [f for f in path.parent.iterdir() if f.suffix == ".tmp"]  # no half-written file left
+    assert child()["timed"] == 0  # a fifth process finds the entry
