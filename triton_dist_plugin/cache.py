@@ -10,6 +10,7 @@ read is reported, ignored, and replaced by the next write. Data is JSON, never p
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import hashlib
 import inspect
 import json
@@ -95,6 +96,17 @@ def source_digest(fn: Callable) -> str:
 
 def versions() -> dict:
     """Software the timings depend on (checked with ``TRITON_DIST_AUTOTUNE_VERSION_CHECK=1``)."""
+    return dict(_versions())
+
+
+@functools.lru_cache(maxsize=1)
+def _versions() -> tuple:
+    """Looked up once per process: every stored and every checked entry needs it, and what a
+    running process has loaded does not change."""
+    return tuple(_installed().items())
+
+
+def _installed() -> dict:
     from importlib import metadata
 
     out = {"python": platform.python_version()}
@@ -185,6 +197,26 @@ def read_json(path: Path) -> Optional[dict]:
         return None
 
 
+def entry_path(directory: Path, source: str, hw: dict, key: Any) -> Path:
+    """Where the entry for ``key`` lives: one file per (source, hardware, key) under ``directory``."""
+    digest = hashlib.sha256(json.dumps([source, hw, repr(key)], sort_keys=True, default=str).encode())
+    return directory / f"{digest.hexdigest()[:32]}.json"
+
+
+def entry_header(field: str, name: str, key: Any, source: str, hw: dict) -> dict:
+    """The fields every entry starts with (``field`` names what was tuned: function or kernel)."""
+    return {"format": FORMAT, field: name, "key": repr(key), "source": source, "hardware": hw,
+            "versions": versions(), "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat()}
+
+
+def warn_unwritable(name: str, directory: Path, key: Any, exc: OSError, stacklevel: int) -> None:
+    """A tuning whose entry cannot be written (a full disk, an unwritable directory) keeps its
+    pick in memory; say so, and where."""
+    warnings.warn(f"{name}: cannot write the autotune cache in {directory} ({exc}); the pick for key {key!r} is "
+                  f"kept in memory for this process only. Point {ROOT_ENV} at a writable directory to keep it "
+                  "across runs.", RuntimeWarning, stacklevel=stacklevel + 1)
+
+
 class FunctionCache:
     """The cache directory of one tuned function."""
 
@@ -193,8 +225,7 @@ class FunctionCache:
         self.dir = cache_root() / safe_name(directory or name)
 
     def path(self, key: Any) -> Path:
-        digest = hashlib.sha256(json.dumps([self.source, self.hw, repr(key)], sort_keys=True, default=str).encode())
-        return self.dir / f"{digest.hexdigest()[:32]}.json"
+        return entry_path(self.dir, self.source, self.hw, key)
 
     def load(self, key: Any, space_reprs: list[str]) -> Optional[dict]:
         """The record for ``key`` if it is valid for this source, hardware and config space."""
@@ -216,7 +247,5 @@ class FunctionCache:
 
     def store(self, key: Any, record: dict) -> Path:
         path = self.path(key)
-        write_json_atomic(path, {"format": FORMAT, "function": self.name, "key": repr(key), "source": self.source,
-                                 "hardware": self.hw, "versions": versions(),
-                                 "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(), **record})
+        write_json_atomic(path, {**entry_header("function", self.name, key, self.source, self.hw), **record})
         return path

@@ -94,7 +94,7 @@ def _plugin_entries(kind: str, pattern: str, name_field: str) -> list[Entry]:
         best = min((c["ms"] for c in cands if c["ms"] is not None), default=None)
         out.append(Entry(kind, rec.get(name_field, path.parent.name), rec.get("key", "?"),
                          rec.get("pick_config", "?"), best, rec.get("timestamp", ""), str(path), cands,
-                         manifest.entry(kind, path, rec)))
+                         manifest.entry(path, rec)))
     return out
 
 

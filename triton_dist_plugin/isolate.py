@@ -38,14 +38,14 @@ class Unisolated(Exception):
     """This kernel or these arguments cannot be run in a worker; the reason says why."""
 
 
-def where(fn: Any) -> tuple[str, str, int]:
-    """How a worker finds ``fn``: the module and name of the outermost object defined with it, and
-    how many ``.fn`` steps lead from that object down to ``fn``."""
+def where(fn: Any) -> tuple[str, str]:
+    """How a worker finds ``fn``: the module and name of the outermost object defined with it (the
+    worker then follows ``.fn`` down to an object of ``fn``'s class)."""
     base = _compat.base_function(fn)
     module, name = getattr(base, "__module__", None), getattr(base, "__qualname__", "")
     if not module or "<locals>" in name:
         raise Unisolated(f"{name or fn!r} is not defined at module level, so a worker cannot import it")
-    return module, name, -1  # the depth is found in the worker, by the class name of ``fn``
+    return module, name
 
 
 def _copy(value: Any) -> Any:
@@ -94,7 +94,7 @@ class Worker:
     def check(self, fn: Any, kind: str, args: tuple, kwargs: dict, runs: list[tuple[Any, dict, Any]]) -> dict:
         """Run each ``(config, launch keywords, grid)`` once; ``{config: reason}`` for those that
         failed. Raises ``Unisolated`` when the kernel cannot be run in a worker at all."""
-        module, name, _ = where(fn)
+        module, name = where(fn)
         job = {"module": module, "name": name, "kind": kind, "args": [_copy(a) for a in args],
                "kwargs": {k: _copy(v) for k, v in kwargs.items()}}
         try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 import time
-import warnings
 from typing import Any
 
 from . import _compat, cache, distributed, engine, isolate, kernel_state, persist, report, settings, timing, untuned
@@ -133,6 +132,10 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
     found = store.read(key, configs) if store is not None else None
     stored = agree(group, state, key, configs, found[0] if found is not None else None)
 
+    def reset_only(config: Any) -> None:
+        # Upstream's own dict, in its order: positional arguments, launch keywords, the pick's.
+        pre({**dict(zip(state.arg_names, args)), **kwargs, **state.launch_kwargs(config)}, reset_only=True)
+
     def bench():
         nonlocal outcome
         worker = isolate.Worker() if isolate.enabled(state.generate) else None  # starts while we compile
@@ -166,8 +169,7 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
         instance.bench_time = outcome.bench_time
         instance.configs_timings = {c: engine.raw(t) for c, t in outcome.timings.items()}
         instance.cache[key] = outcome.best
-        # Upstream's own dict, in its order: positional arguments, launch keywords, the pick's.
-        pre({**dict(zip(state.arg_names, args)), **kwargs, **state.launch_kwargs(outcome.best)}, reset_only=True)
+        reset_only(outcome.best)
 
     cache_hit = False
     # Tuning together, a disk-cache hit on one rank and a miss on another would hang the others:
@@ -179,7 +181,7 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
         # Upstream's attributes as after a tuning: the stored timings (another rank's hit: none here).
         instance.configs_timings = dict(found[1]) if found is not None and found[0] == stored else {}
         instance.bench_time = 0.0
-        pre({**dict(zip(state.arg_names, args)), **kwargs, **state.launch_kwargs(configs[stored])}, reset_only=True)
+        reset_only(configs[stored])
         request.notes.append(f"pick read from {store.path(key)}" if store is not None else "pick shared by a rank")
         cache_hit = True
     elif untuned.frozen():  # a miss never times anything: raise, or launch the nearest key's pick
@@ -207,9 +209,7 @@ def _persist(store: persist.KernelStore, key: tuple, outcome: engine.Outcome, me
     try:
         store.store(key, outcome.best, outcome.timings, outcome.failures, outcome.measured, method, outcome.bench_time)
     except OSError as exc:  # a full disk or an unwritable directory must not lose the tuning
-        warnings.warn(f"{store.name}: cannot write the autotune cache in {store.dir} ({exc}); the pick for key {key} "
-                      f"is kept in memory for this process only. Point {cache.ROOT_ENV} at a writable directory "
-                      "to keep it across runs.", RuntimeWarning, stacklevel=5)
+        cache.warn_unwritable(store.name, store.dir, key, exc, stacklevel=5)
 
 
 def _isolated(worker: Any, instance: Any, state: KernelState, request: TuningRequest, args: tuple, kwargs: dict,

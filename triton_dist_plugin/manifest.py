@@ -21,7 +21,7 @@ ENV = "TRITON_DIST_AUTOTUNE_MANIFEST"
 _loaded: set = set()  # manifests this process already imported (by path)
 
 
-def entry(kind: str, path: Path, record: Optional[dict]) -> dict:
+def entry(path: Path, record: Optional[dict]) -> dict:
     """The fields ``export`` adds to an entry the plugin owns, so that ``import`` can restore it."""
     try:
         relative = path.resolve().relative_to(cache.cache_root().resolve()).as_posix()

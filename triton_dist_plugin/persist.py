@@ -15,9 +15,7 @@ their description); otherwise the key is tuned again.
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
-import json
 import math
 import warnings
 from pathlib import Path
@@ -26,7 +24,7 @@ from typing import Any, Optional
 from . import _compat, cache, manifest, settings
 
 ENV = "TRITON_DIST_AUTOTUNE_PERSIST"
-FORMAT = 1
+FORMAT = cache.FORMAT  # the same record layout as function-level entries
 DIRECTORY = "kernels"
 
 
@@ -53,13 +51,7 @@ class KernelStore:
         self.dir = cache.cache_root() / DIRECTORY / cache.safe_name(name)
 
     def path(self, key: Any) -> Path:
-        digest = hashlib.sha256(json.dumps([self.source, self.hw, repr(key)], sort_keys=True, default=str).encode())
-        return self.dir / f"{digest.hexdigest()[:32]}.json"
-
-    def lookup(self, key: Any, configs: list) -> Optional[int]:
-        """The position in ``configs`` of the stored pick for ``key``, or None."""
-        found = self.read(key, configs)
-        return found[0] if found is not None else None
+        return cache.entry_path(self.dir, self.source, self.hw, key)
 
     def read(self, key: Any, configs: list) -> Optional[tuple[int, dict]]:
         """The stored pick's position in ``configs`` and the stored timings of those of ``configs``
@@ -108,8 +100,7 @@ class KernelStore:
         path = self.path(key)
         fully = {id(c) for c in measured}
         cache.write_json_atomic(path, {
-            "format": FORMAT, "kernel": self.name, "key": repr(key), "source": self.source, "hardware": self.hw,
-            "versions": cache.versions(), "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+            **cache.entry_header("kernel", self.name, key, self.source, self.hw),
             "pick_config": cache.describe(best), "method": method, "bench_time_s": bench_time,
             "candidates": [{"config": cache.describe(c), "ms": _finite(t), "timing": _plain(t),
                             "failure": failures.get(c), "measured": id(c) in fully} for c, t in timings.items()],

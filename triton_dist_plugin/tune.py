@@ -23,7 +23,6 @@ import functools
 import inspect
 import logging
 import sys
-import warnings
 from typing import Any, Callable, Optional
 
 from . import _compat, cache, distributed, engine, manifest, report, settings, untuned
@@ -189,9 +188,7 @@ class AutoTuner:
                     f.writelines(f"  {line}\n" for line in lines)
                     f.write(f"  pick: candidate {best} {reprs[best]} ({outcome.bench_time:.2f}s)\n")
             except OSError as exc:  # a full disk or an unwritable directory must not lose the tuning
-                warnings.warn(f"{self.name}: cannot write the autotune cache in {store.dir} ({exc}); the pick for "
-                              f"key {key!r} is kept in memory for this process only. Point {cache.ROOT_ENV} at a "
-                              "writable directory to keep it across runs.", RuntimeWarning, stacklevel=3)
+                cache.warn_unwritable(self.name, store.dir, key, exc, stacklevel=3)
         return self.config_space[best]
 
 

@@ -109,8 +109,7 @@ def _substitute(name, key, tuned, first, autotuner, device, where, setting, advi
 
 
 def record_miss(name: str, key: Any, why: str) -> None:
-    """Append the miss to ``misses.jsonl`` (best effort: a miss is never lost to a failed write
-    more than it must be, and never stops the launch)."""
+    """Append the miss to ``misses.jsonl``; a failed write warns and never stops the launch."""
     path = cache.cache_root() / MISSES
     line = json.dumps({"kernel": name, "key": repr(key), "why": why,
                        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat()})
