@@ -14,7 +14,7 @@ import triton
 
 sys.path.insert(0, ".")
 from kernels import KERNELS  # noqa: E402
-from triton_dist_plugin import precompile  # noqa: E402
+from triton_dist_plugin import forked_compile, precompile  # noqa: E402
 
 mm = KERNELS["matmul"]
 a, b = mm.make_inputs("gpu", "cuda")
@@ -31,7 +31,7 @@ for i in range(3):
     print("serial compile", i, round(time.perf_counter() - t0, 3), flush=True)
 for workers in ("8", "16", "0"):
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
-    os.environ[precompile.COMPILE_PROCESSES_ENV] = workers
+    os.environ[forked_compile.COMPILE_PROCESSES_ENV] = workers
     jit = triton.jit(mm.jit.fn)
     t0 = time.perf_counter()
     failed = precompile.warm_all(jit.warmup, args, {"grid": grid}, [c.all_kwargs() for c in configs], device=0)

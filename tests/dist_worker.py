@@ -268,6 +268,61 @@ def scenario_contextual_diverge(rank, world, group):
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def scenario_compile_split(rank, world, group):
+    """Ranks that share a compile cache split the candidates; a failure on one is every rank's.
+    The compile is a recording function standing in for Triton's warmup (the interpreter
+    compiles nothing), so what each rank compiled and loaded is visible."""
+    from triton_dist_plugin import precompile
+
+    calls = []
+
+    def warm(*args, tag, size, **meta):
+        calls.append(tag)
+        if tag == 4:
+            raise ValueError(f"candidate {tag} cannot compile")
+
+    kwargs = [{"tag": i, "size": 2 ** i} for i in range(7)]
+    out = {}
+    for mode, cache_id in (("shared", "one-dir"), ("separate", f"dir-of-rank-{rank}")):
+        calls.clear()
+        failed = precompile.warm_all(warm, (), {}, kwargs, device=None, group=group, cache_id=cache_id)
+        out[mode] = {"calls": list(calls), "failed": {str(k): str(v) for k, v in failed.items()}}
+    return out
+
+
+class _Timed:
+    """Counts the candidates this rank's timing hooks reach (it answers None: the built-in times)."""
+
+    def __init__(self):
+        self.count = 0
+
+    @tdp.hookimpl
+    def tdp_time_candidate(self, request):
+        self.count += 1
+
+
+def scenario_leader(rank, world, group):
+    """The leader strategy: rank 0's timings decide and the others time nothing, for the
+    function-level tuner (by setting) and a plain kernel (by ``tuning_group(strategy=)``)."""
+    from kernels import KERNELS
+
+    counter = _Timed()
+    tdp.register(counter)
+    os.environ["TRITON_DIST_AUTOTUNE_REDUCE"] = "leader"
+    op = sleepy(rank)
+    out = {"function_pick": op(1, autotune_pg=group), "function_timed": counter.count}
+    del os.environ["TRITON_DIST_AUTOTUNE_REDUCE"]
+    spec = KERNELS["add"]
+    x, y = spec.make_inputs("tiny", "cpu")
+    counter.count = 0
+    kernel = triton.autotune(configs=spec.configs("cpu"), key=spec.key)(spec.jit)
+    with tdp.tuning_group(group, strategy="leader"):
+        result = spec.launch(kernel, x, y)
+    out.update(kernel_pick=str(kernel.best_config), kernel_timed=counter.count,
+               correct=bool(torch.equal(result, x + y)))
+    return out
+
+
 def main():
     scenario, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     if f"prepare_{scenario}" in globals():

@@ -131,3 +131,32 @@ def test_a_persisted_kernel_pick_on_one_rank_is_every_ranks_and_nothing_is_timed
     for r in results:
         first, second = r["timed"]
         assert first > 0 and second == 0, r["timed"]  # timed while tuning, not once the entry exists
+
+
+def test_ranks_sharing_a_compile_cache_split_the_candidates_and_share_failures(tmp_path):
+    ranks = run_ranks("compile_split", 2, tmp_path)
+    # Candidate i has size 2**i: largest first, round-robin, rank 0 compiles 6, 4, 2, 0 and
+    # rank 1 compiles 5, 3, 1; then each loads the other's share, except the candidate that
+    # failed there (4), which rank 1 never compiles.
+    shares = [{0, 2, 4, 6}, {1, 3, 5}]
+    for r, rank in enumerate(ranks):
+        calls = rank["shared"]["calls"]
+        assert set(calls[: len(shares[r])]) == shares[r], calls
+        assert sorted(calls) == sorted(set(range(7)) - ({4} if r == 1 else set())), calls
+        assert set(rank["shared"]["failed"]) == {"4"}
+    assert "cannot compile" in ranks[0]["shared"]["failed"]["4"]
+    assert ranks[1]["shared"]["failed"]["4"] == "failed to compile on rank 0"
+    # Ranks with caches of their own compile everything themselves.
+    for rank in ranks:
+        assert sorted(rank["separate"]["calls"]) == list(range(7))
+        assert "cannot compile" in rank["separate"]["failed"]["4"]
+
+
+def test_leader_strategy_times_on_rank_0_only_and_every_rank_takes_its_pick(tmp_path):
+    ranks = run_ranks("leader", 2, tmp_path)
+    # Rank 0 alone finds a fastest (1 ms); under MAX the pick would be b (see the max test).
+    assert [r["function_pick"] for r in ranks] == ["a", "a"]
+    assert ranks[0]["function_timed"] >= 3 and ranks[1]["function_timed"] == 0
+    assert ranks[0]["kernel_pick"] == ranks[1]["kernel_pick"]
+    assert ranks[0]["kernel_timed"] > 0 and ranks[1]["kernel_timed"] == 0
+    assert all(r["correct"] for r in ranks)

@@ -6,6 +6,9 @@ a loop that never ends. ``benchmarks/bench_faults_gpu.py`` plants the same fault
 """
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -87,8 +90,56 @@ def test_a_kernel_a_worker_cannot_import_is_tuned_unisolated_with_a_note(recorde
     assert any("not isolated" in note and "module level" in note for note in recorder.records[0].notes)
 
 
-def test_no_worker_is_left_behind():
-    import multiprocessing
+def test_a_kernel_in_the_main_script_is_not_run_again_by_a_worker(tmp_path):
+    """A worker would have to run the user's main script again to find a kernel defined there
+    (what a multiprocessing spawn does): that kernel is tuned unisolated, with a note, and the
+    script's top level runs once."""
+    script = tmp_path / "main_script.py"
+    runs = tmp_path / "runs.txt"
+    script.write_text(f"""
+import os, torch, triton, triton.language as tl
+import triton_dist_plugin as tdp
+with open({str(runs)!r}, "a") as fh:
+    fh.write("ran\\n")
+notes = []
+class Notes:
+    @tdp.hookimpl
+    def tdp_on_tuned(self, record):
+        notes.extend(record.notes)
+tdp.register(Notes())
 
-    assert not [p for p in multiprocessing.active_children() if p.name == "tdp-isolate"]
+@triton.jit
+def copy(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)
+
+kernel = triton.autotune(configs=[triton.Config({{"BLOCK": 64}}), triton.Config({{"BLOCK": 128}})], key=["n"])(copy)
+x = torch.randn(300)
+out = torch.zeros_like(x)
+kernel[lambda m: (triton.cdiv(300, m["BLOCK"]),)](x, out, 300)
+assert torch.equal(out, x)
+print([n for n in notes if "isolat" in n])
+""")
+    env = {**os.environ, "TRITON_INTERPRET": "1", isolate.ENV: "1"}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "defined in the main script" in proc.stdout
+    assert runs.read_text() == "ran\n"
+
+
+def _children() -> list[str]:
+    """Command lines of this process's children (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == os.getpid():
+                found.append((stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def test_no_worker_is_left_behind():
+    assert not [c for c in _children() if "triton_dist_plugin.isolate" in c]
     assert os.getpid()  # the test process itself survived everything above

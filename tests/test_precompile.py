@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from triton_dist_plugin import precompile
+from triton_dist_plugin import forked_compile, precompile
 
 
 def _warm_recording(directory):
@@ -29,22 +29,22 @@ def test_workers_compile_each_candidate_in_another_process(tmp_path):
     warm = _warm_recording(tmp_path)
     kwargs = [{"tag": i, "fail": i == 3, "sleep": 0.2} for i in range(6)]
     arrived = []
-    failed = precompile.in_processes(warm, (1, 2), {"grid": (1,)}, kwargs, list(range(6)), device=0,
+    failed = forked_compile.in_processes(warm, (1, 2), {"grid": (1,)}, kwargs, list(range(6)), device=0,
                                      on_compiled=lambda i: arrived.append((i, os.getpid())))
     assert failed == {3: "ValueError: candidate 3 cannot compile"}
     pids = {int((tmp_path / f"{i}.pid").read_text()) for i in range(6) if i != 3}
     assert len(pids) >= 2 and os.getpid() not in pids
     # Each compiled candidate is handed to the parent as it arrives; the failed one is not.
     assert sorted(arrived) == [(i, os.getpid()) for i in (0, 1, 2, 4, 5)]
-    assert precompile._job is None
+    assert forked_compile._job is None
 
 
 def test_a_stuck_worker_ends_the_stage_not_tuning(tmp_path, monkeypatch):
-    monkeypatch.setenv(precompile.PROCESS_TIMEOUT_ENV, "1")
+    monkeypatch.setenv(forked_compile.PROCESS_TIMEOUT_ENV, "1")
     warm = _warm_recording(tmp_path)
     kwargs = [{"tag": i, "sleep": 30.0 if i == 1 else 0.0} for i in range(4)]
     started = time.perf_counter()
-    assert precompile.in_processes(warm, (), {}, kwargs, list(range(4)), device=0) is None
+    assert forked_compile.in_processes(warm, (), {}, kwargs, list(range(4)), device=0) is None
     assert time.perf_counter() - started < 15
 
 
@@ -62,11 +62,11 @@ def test_switches(monkeypatch, tmp_path):
     assert precompile.warm_all(warm, (), {}, [{"tag": 0}, {"tag": 1, "fail": True}]) == {}
     assert not list(tmp_path.iterdir())
     monkeypatch.delenv(precompile.PARALLEL_COMPILE_ENV)
-    monkeypatch.setenv(precompile.COMPILE_PROCESSES_ENV, "0")
-    assert not precompile.processes_usable()
-    monkeypatch.setenv(precompile.COMPILE_PROCESSES_ENV, "many")
+    monkeypatch.setenv(forked_compile.COMPILE_PROCESSES_ENV, "0")
+    assert not forked_compile.processes_usable()
+    monkeypatch.setenv(forked_compile.COMPILE_PROCESSES_ENV, "many")
     with pytest.raises(ValueError, match="COMPILE_PROCESSES='many' is not valid: it accepts a whole number"):
-        precompile.processes_usable()
+        forked_compile.processes_usable()
 
 
 def test_forked_stage_only_where_workers_share_triton_file_cache(monkeypatch):
@@ -74,15 +74,15 @@ def test_forked_stage_only_where_workers_share_triton_file_cache(monkeypatch):
 
     monkeypatch.setattr(_compat, "interpret", lambda: False)  # as on a GPU machine
     monkeypatch.setattr(_compat, "IS_ASCEND", False)
-    monkeypatch.delenv(precompile.COMPILE_PROCESSES_ENV, raising=False)
+    monkeypatch.delenv(forked_compile.COMPILE_PROCESSES_ENV, raising=False)
     monkeypatch.delenv("TRITON_CACHE_MANAGER", raising=False)
     monkeypatch.delenv("TRITON_ALWAYS_COMPILE", raising=False)
-    assert precompile.processes_usable()
+    assert forked_compile.processes_usable()
     monkeypatch.setenv("TRITON_ALWAYS_COMPILE", "1")
-    assert not precompile.processes_usable()
+    assert not forked_compile.processes_usable()
     monkeypatch.delenv("TRITON_ALWAYS_COMPILE")
     monkeypatch.setenv("TRITON_CACHE_MANAGER", "mypkg.cache:RedisCacheManager")
-    assert not precompile.processes_usable()
+    assert not forked_compile.processes_usable()
 
 
 def test_forked_stage_is_opt_in_on_ascend(monkeypatch):
@@ -92,12 +92,12 @@ def test_forked_stage_is_opt_in_on_ascend(monkeypatch):
 
     monkeypatch.setattr(_compat, "interpret", lambda: False)
     monkeypatch.setattr(_compat, "IS_ASCEND", True)
-    monkeypatch.delenv(precompile.COMPILE_PROCESSES_ENV, raising=False)
+    monkeypatch.delenv(forked_compile.COMPILE_PROCESSES_ENV, raising=False)
     monkeypatch.delenv("TRITON_CACHE_MANAGER", raising=False)
     monkeypatch.delenv("TRITON_ALWAYS_COMPILE", raising=False)
-    assert not precompile.processes_usable()
-    monkeypatch.setenv(precompile.COMPILE_PROCESSES_ENV, "8")
-    assert precompile.processes_usable()
+    assert not forked_compile.processes_usable()
+    monkeypatch.setenv(forked_compile.COMPILE_PROCESSES_ENV, "8")
+    assert forked_compile.processes_usable()
 
 
 class _Descriptor:
@@ -133,7 +133,7 @@ def test_each_candidate_compiles_on_the_arguments_its_config_pre_hook_shaped(tmp
     if stage == "threads":
         failed = precompile.warm_all(warm, (desc,), meta, kwargs_of, device=None, inputs=inputs)
     else:
-        failed = precompile.in_processes(warm, (desc,), meta, kwargs_of, [0, 1, 2, 3], device=0, inputs=inputs)
+        failed = forked_compile.in_processes(warm, (desc,), meta, kwargs_of, [0, 1, 2, 3], device=0, inputs=inputs)
     assert failed == {}
     for bm in (16, 32, 64, 128):
         rows, cols, pid = (tmp_path / f"{bm}.shape").read_text().split(",")

@@ -1,7 +1,7 @@
 """The hook bus: one pluggy ``PluginManager`` with the built-ins and third-party plugins.
 
 Built-in behaviour is registered here as ordinary plugins (``tdp.timing``, ``tdp.reduce``,
-``tdp.report``), marked ``trylast``, so a user's plugin replaces any of it just by answering
+``tdp.leader``, ``tdp.report``), marked ``trylast``, so a user's plugin replaces any of it just by answering
 first, or by ``plugin_manager().unregister(name="tdp.timing")``.
 """
 
@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 
 import pluggy
 
-from . import distributed, hookspecs, report, timing
+from . import distributed, filestore, hookspecs, report, timing
 from .hookspecs import PROJECT, hookimpl  # noqa: F401  (re-exported: triton_dist_plugin.hookimpl)
 from .tiling.generate import BuiltinGenerator
 
@@ -31,9 +31,13 @@ def plugin_manager() -> pluggy.PluginManager:
                 pm = pluggy.PluginManager(PROJECT)
                 pm.add_hookspecs(hookspecs)
                 pm.register(timing.BuiltinTiming(), name="tdp.timing")
+                # Both trylast: pluggy calls the one registered first first, so the leader
+                # strategy answers before MAX whenever it is chosen.
+                pm.register(distributed.LeaderReduce(), name="tdp.leader")
                 pm.register(distributed.MaxReduce(), name="tdp.reduce")
                 pm.register(report.Reporter(), name="tdp.report")
                 pm.register(BuiltinGenerator(), name="tdp.generate")
+                pm.register(filestore.FileStore(), name=filestore.NAME)
                 _pm = pm
     return _pm
 
@@ -97,6 +101,35 @@ def first_result(hook_name: str, check: Callable[[Any], Any], **kwargs: Any) -> 
     return None
 
 
+def cache_get(entry: Any) -> Optional[tuple[str, dict]]:
+    """``(store name, record)`` from the first store that has ``entry`` (``tdp_cache_get``), or None."""
+    for impl in _impls("tdp_cache_get"):
+        record = _call(impl, {"entry": entry})
+        if record is None:
+            continue
+        if not isinstance(record, dict):
+            raise PluginError(f"plugin {impl.plugin_name!r} returned {type(record).__name__} from tdp_cache_get; "
+                              "expected the stored JSON object (a dict) or None")
+        return impl.plugin_name, record
+    return None
+
+
+def cache_put(entry: Any, record: dict) -> None:
+    """Hand ``record`` to every store (``tdp_cache_put``). One store failing must not keep the
+    others from the record, so each ``OSError`` is collected and raised after all as a
+    :class:`StoreError`."""
+    failed, kept = {}, []
+    for impl in _impls("tdp_cache_put"):
+        try:
+            _call(impl, {"entry": entry, "record": record})
+        except OSError as exc:
+            failed[impl.plugin_name] = exc
+        else:
+            kept.append(impl.plugin_name)
+    if failed:
+        raise StoreError(failed, kept)
+
+
 def prune(request: Any, configs: list) -> list:
     """Apply every ``tdp_prune_configs`` implementation in turn."""
     for impl in _impls("tdp_prune_configs"):
@@ -141,3 +174,12 @@ def as_timing(value: Any) -> list[float]:
 
 class PluginError(TypeError):
     """A plugin broke a hook's contract (a bad result); never mistaken for a failing candidate."""
+
+
+class StoreError(OSError):
+    """Stores that could not keep a record: ``failed`` (plugin name: its ``OSError``) and ``kept``
+    (the names of those that did), so the warning can say where the pick still is."""
+
+    def __init__(self, failed: dict, kept: list):
+        super().__init__("; ".join(f"{name}: {exc}" for name, exc in failed.items()))
+        self.failed, self.kept = failed, kept

@@ -2,9 +2,9 @@
 
 Layout: ``<root>/<function name>/<digest>.json`` with a ``.log`` beside it from the tuning that
 wrote it. The root is ``$HOME/.triton_dist/autotune`` unless ``TRITON_DIST_AUTOTUNE_DIR`` moves it.
-Writes take a file lock (``filelock``) and go through a temporary file and ``os.replace``, so
-readers never see half a file and concurrent writers never interleave; a file that cannot be
-read is reported, ignored, and replaced by the next write. Data is JSON, never pickle.
+Entries are read and written through the store hooks (``tdp_cache_get``/``tdp_cache_put``);
+the built-in store (:mod:`.filestore`) keeps them as those files, written atomically under a
+lock. Data is JSON, never pickle.
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ import json
 import os
 import platform
 import re
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from filelock import FileLock
-
-from . import settings
+from . import bus, filestore, settings
+from .filestore import read_json, with_suppress, write_json_atomic  # noqa: F401  (the directory scans' helpers)
+from .requests import CacheEntry
 
 ROOT_ENV = "TRITON_DIST_AUTOTUNE_DIR"
 ALWAYS_TUNE_ENV = "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE"
@@ -152,55 +151,24 @@ def _driver_version() -> Optional[str]:
     return found.group(1) if found else first.strip()
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` under a lock, through a temporary file and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=2, default=str)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with_suppress(os.unlink, tmp)
-            raise
-
-
-def with_suppress(fn: Callable, *args: Any) -> None:
-    try:
-        fn(*args)
-    except OSError:
-        pass
-
-
-def read_json(path: Path) -> Optional[dict]:
-    """The JSON object at ``path``; None if absent; None with a warning if unreadable or corrupt
-    (not UTF-8, not JSON, nested too deeply to parse, or not an object)."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        warnings.warn(f"cannot read autotune cache {path}: {exc}; it will be re-tuned", RuntimeWarning, stacklevel=2)
-        return None
-    try:
-        data = json.loads(raw.decode("utf-8"))  # UnicodeDecodeError is a ValueError
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        return data
-    except (ValueError, RecursionError) as exc:
-        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
-        warnings.warn(f"corrupt autotune cache {path} ({reason}); ignoring it, it will be re-tuned and replaced",
-                      RuntimeWarning, stacklevel=2)
-        return None
-
-
-def entry_path(directory: Path, source: str, hw: dict, key: Any) -> Path:
-    """Where the entry for ``key`` lives: one file per (source, hardware, key) under ``directory``."""
+def entry_digest(source: str, hw: dict, key: Any) -> str:
+    """The stable id of an entry: one per (source, hardware, key), the same on every host."""
     digest = hashlib.sha256(json.dumps([source, hw, repr(key)], sort_keys=True, default=str).encode())
-    return directory / f"{digest.hexdigest()[:32]}.json"
+    return digest.hexdigest()[:32]
+
+
+def cache_entry(kind: str, name: str, directory: Path, source: str, hw: dict, key: Any) -> CacheEntry:
+    """What the store hooks get for ``key``: its id, and its file under ``directory`` (one file
+    per source, hardware and key)."""
+    digest = entry_digest(source, hw, key)
+    return CacheEntry(kind, name, digest, directory / f"{digest}.json")
+
+
+def where(entry: CacheEntry, store: str) -> str:
+    """The entry as a warning names it: its file, or its id in the store that answered."""
+    if store == filestore.NAME:
+        return str(entry.path)
+    return f"{entry.kind}:{entry.name}:{entry.digest} (from the store {store!r})"
 
 
 def entry_header(field: str, name: str, key: Any, source: str, hw: dict) -> dict:
@@ -210,11 +178,18 @@ def entry_header(field: str, name: str, key: Any, source: str, hw: dict) -> dict
 
 
 def warn_unwritable(name: str, directory: Path, key: Any, exc: OSError, stacklevel: int) -> None:
-    """A tuning whose entry cannot be written (a full disk, an unwritable directory) keeps its
-    pick in memory; say so, and where."""
-    warnings.warn(f"{name}: cannot write the autotune cache in {directory} ({exc}); the pick for key {key!r} is "
-                  f"kept in memory for this process only. Point {ROOT_ENV} at a writable directory to keep it "
-                  "across runs.", RuntimeWarning, stacklevel=stacklevel + 1)
+    """A tuning whose entry cannot be written (a full disk, an unwritable directory, a store that
+    is down) keeps its pick in memory; say so, and where else it is kept."""
+    failed = getattr(exc, "failed", None) or {filestore.NAME: exc}  # bus.StoreError says which stores
+    kept = getattr(exc, "kept", [])
+    place = f"in {directory}" if filestore.NAME in failed else "in the store " + ", ".join(map(repr, failed))
+    if filestore.NAME in kept:
+        after = f"kept in memory and in {directory}"
+    else:  # other stores that raised nothing may or may not have kept it (one may be idle)
+        after = "kept in memory" + ("" if kept else " for this process only")
+    hint = f" Point {ROOT_ENV} at a writable directory to keep it across runs." if filestore.NAME in failed else ""
+    warnings.warn(f"{name}: cannot write the autotune cache {place} ({exc}); the pick for key {key!r} is "
+                  f"{after}.{hint}", RuntimeWarning, stacklevel=stacklevel + 1)
 
 
 class FunctionCache:
@@ -224,28 +199,42 @@ class FunctionCache:
         self.name, self.source, self.hw = name, source, hw
         self.dir = cache_root() / safe_name(directory or name)
 
+    def entry(self, key: Any) -> CacheEntry:
+        return cache_entry("function", self.name, self.dir, self.source, self.hw, key)
+
     def path(self, key: Any) -> Path:
-        return entry_path(self.dir, self.source, self.hw, key)
+        return self.entry(key).path
 
     def load(self, key: Any, space_reprs: list[str]) -> Optional[dict]:
         """The record for ``key`` if it is valid for this source, hardware and config space."""
         if settings.value(ALWAYS_TUNE_ENV):
             return None
-        path = self.path(key)
-        record = read_json(path)
-        if record is None:
+        entry = self.entry(key)
+        found = bus.cache_get(entry)
+        if found is None:
             return None
+        store, record = found
         pick = record.get("pick")
         if (record.get("format") != FORMAT or record.get("key") != repr(key) or not isinstance(pick, int)
                 or not 0 <= pick < len(space_reprs) or record.get("pick_config") != space_reprs[pick]):
-            warnings.warn(f"autotune cache {path} does not match {self.name}'s key or config space; re-tuning",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(f"autotune cache {where(entry, store)} does not match {self.name}'s key or config space; "
+                          "re-tuning", RuntimeWarning, stacklevel=2)
             return None
         if settings.value(VERSION_CHECK_ENV) and record.get("versions") != versions():
             return None
         return record
 
     def store(self, key: Any, record: dict) -> Path:
-        path = self.path(key)
-        write_json_atomic(path, {**entry_header("function", self.name, key, self.source, self.hw), **record})
-        return path
+        """Hand the entry to every store (``tdp_cache_put``); its file's place, for the ``.log``."""
+        entry = self.entry(key)
+        bus.cache_put(entry, {**entry_header("function", self.name, key, self.source, self.hw), **record})
+        return entry.path
+
+    def log(self, key: Any, text: str) -> None:
+        """Append ``text`` to the ``.log`` beside the entry's file: local only, and only where the
+        directory exists (a log alone must not create a cache directory nothing else uses)."""
+        try:
+            with open(self.path(key).with_suffix(".log"), "a") as f:
+                f.write(text)
+        except OSError:
+            pass

@@ -9,7 +9,7 @@ compiled up front in parallel, and agreed on by the ranks tuning together.
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from . import bus, distributed
 from . import precompile as _precompile
@@ -120,18 +120,23 @@ def make_call_factory(instance: Any, state: KernelState, args: tuple, kwargs: di
     return make_call
 
 
-def precompile(instance: Any, state: KernelState, args: tuple, kwargs: dict, configs: list) -> dict:
-    """Compile every candidate up front (``precompile.py``); ``{config: reason}`` for failures."""
-    return _precompile.precompile(instance.fn, args, kwargs, configs, state.launch_kwargs, state.arg_names)
+def precompile(instance: Any, state: KernelState, args: tuple, kwargs: dict, configs: list, group: Any = None,
+               on_ready: Optional[Callable[[int], None]] = None) -> dict:
+    """Compile every candidate up front (``precompile.py``); ``{config: reason}`` for failures.
+    ``on_ready(i)`` runs as soon as ``configs[i]`` has compiled."""
+    return _precompile.precompile(instance.fn, args, kwargs, configs, state.launch_kwargs, state.arg_names, group,
+                                  on_ready)
 
 
 def compile_all(instance: Any, state: KernelState, request: TuningRequest, args: tuple, kwargs: dict,
-                 configs: list) -> dict:
-    """``precompile`` on a device, with a note in the report; ``{config: reason}`` for failures."""
+                 configs: list, group: Any = None, on_ready: Optional[Callable[[int], None]] = None) -> dict:
+    """Compile every candidate up front on a device (``precompile.py``; under ``group``, ranks
+    sharing a compile cache split the work), with a note in the report; ``{config: reason}``
+    for failures."""
     if request.device == "cpu":
         return {}
     started = time.perf_counter()
-    failed = precompile(instance, state, args, kwargs, configs)
+    failed = precompile(instance, state, args, kwargs, configs, group, on_ready)
     request.notes.append(f"compiled {len(configs)} candidates in {time.perf_counter() - started:.2f}s"
                          f" ({_precompile.summary()})")
     return failed

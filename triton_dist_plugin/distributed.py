@@ -8,6 +8,10 @@ others fail with an error that says so, never hang.
 
 Plain ``@triton.autotune`` kernels tune alone unless asked: ``with tuning_group(group):`` (or
 ``set_tuning_group(group)``) makes every kernel tuned in that scope reduce over ``group``.
+
+Two strategies (``TRITON_DIST_AUTOTUNE_REDUCE``, or ``strategy=`` of ``tuning_group``): ``max``,
+every rank times and the slowest rank's time counts; ``leader``, for ranks known to be alike,
+only the group's rank 0 times and its timings are every rank's (``LeaderReduce``).
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import hashlib
-import os
 import time
 from datetime import timedelta
 from typing import Any, Iterator, Optional
@@ -24,8 +27,12 @@ from . import settings
 from .hookspecs import hookimpl
 
 TIMEOUT_ENV = "TRITON_DIST_AUTOTUNE_TIMEOUT"
+STRATEGY_ENV = "TRITON_DIST_AUTOTUNE_REDUCE"
+STRATEGIES = ("max", "leader")
 _group: contextvars.ContextVar = contextvars.ContextVar("tdp_tuning_group", default=None)
+_strategy: contextvars.ContextVar = contextvars.ContextVar("tdp_tuning_strategy", default=None)
 _default_group: Any = None
+_default_strategy: Optional[str] = None
 
 
 class RankMismatch(RuntimeError):
@@ -36,23 +43,38 @@ def timeout() -> timedelta:
     return timedelta(seconds=settings.value(TIMEOUT_ENV))
 
 
-def set_tuning_group(group: Any) -> None:
+def _checked(strategy: Optional[str]) -> Optional[str]:
+    if strategy is not None and strategy not in STRATEGIES:
+        raise ValueError(f"strategy={strategy!r} is not a tuning strategy; use one of {', '.join(STRATEGIES)}")
+    return strategy
+
+
+def set_tuning_group(group: Any, strategy: Optional[str] = None) -> None:
     """Make every ``@triton.autotune`` kernel tuned from now on reduce over ``group`` (None: alone).
 
-    ``"world"`` means ``torch.distributed``'s default group.
+    ``"world"`` means ``torch.distributed``'s default group. ``strategy`` (``"max"`` or
+    ``"leader"``) overrides ``TRITON_DIST_AUTOTUNE_REDUCE`` for every tuning from now on.
     """
-    global _default_group
-    _default_group = group
+    global _default_group, _default_strategy
+    _default_group, _default_strategy = group, _checked(strategy)
 
 
 @contextlib.contextmanager
-def tuning_group(group: Any = "world") -> Iterator[None]:
-    """Within this block, ``@triton.autotune`` kernels tune together over ``group``."""
-    token = _group.set(group)
+def tuning_group(group: Any = "world", strategy: Optional[str] = None) -> Iterator[None]:
+    """Within this block, ``@triton.autotune`` kernels tune together over ``group``, with
+    ``strategy`` (``"max"`` or ``"leader"``; None: as set outside the block)."""
+    token, chosen = _group.set(group), _strategy.set(_checked(strategy) or _strategy.get())
     try:
         yield
     finally:
+        _strategy.reset(chosen)
         _group.reset(token)
+
+
+def strategy() -> str:
+    """How the current tuning's ranks combine timings: the innermost ``tuning_group``'s strategy,
+    else ``set_tuning_group``'s, else ``TRITON_DIST_AUTOTUNE_REDUCE``."""
+    return _strategy.get() or _default_strategy or settings.value(STRATEGY_ENV)
 
 
 def _resolve(group: Any) -> Any:
@@ -86,15 +108,12 @@ def function_group(pg: Any) -> Any:
 
 
 def writes_cache(group: Any) -> bool:
-    """One process per node writes a tuning to disk: local rank 0 (every process when alone)."""
-    if group is None:
-        return True
-    local = os.environ.get("LOCAL_RANK")
-    if local is not None:
-        return int(local) == 0
-    import torch.distributed as dist
+    """Only the agreed pick is stored, once per group: by its rank 0 (every process when alone).
 
-    return dist.get_rank(group) == 0
+    Ranks that lack the entry on their own disk still hit next time: ``agree`` shares the
+    lowest hitting rank's pick with the group.
+    """
+    return group is None or rank(group) == 0
 
 
 def rank(group: Any) -> int:
@@ -155,6 +174,29 @@ def all_gather_ints(values: list[int], group: Any, what: str) -> list[list[int]]
     return [t.cpu().tolist() for t in out]
 
 
+def host_peers(group: Any, cache_id: Optional[str]) -> tuple[int, int]:
+    """``(position, count)`` of this rank among the group's ranks that share its compile cache:
+    same host and same cache directory (``cache_id``); None shares with no one."""
+    import socket
+
+    mine = digest((socket.gethostname(), cache_id) if cache_id is not None else ("alone", rank(group)))
+    rows = all_gather_ints([mine], group, "finding the ranks that share this host's compile cache")
+    peers = [i for i, row in enumerate(rows) if row[0] == mine]
+    return peers.index(rank(group)), len(peers)
+
+
+def failed_anywhere(failed: list[int], count: int, group: Any) -> dict[int, int]:
+    """``{candidate: lowest rank}`` for every candidate some rank of ``group`` failed to compile."""
+    flags = [1 if i in failed else 0 for i in range(count)]
+    rows = all_gather_ints(flags, group, "sharing which candidates failed to compile")
+    out: dict[int, int] = {}
+    for r, row in enumerate(rows):
+        for i, flag in enumerate(row):
+            if flag and i not in out:
+                out[i] = r
+    return out
+
+
 def digest(obj: Any) -> int:
     """A stable 63-bit number for ``repr(obj)`` (what ranks compare instead of the object)."""
     return int.from_bytes(hashlib.sha256(repr(obj).encode()).digest()[:8], "big") >> 1
@@ -184,6 +226,34 @@ def agree(group: Any, name: str, key: Any, candidates: list, cached_pick: Option
     return hits[0] if hits else None
 
 
+class LeaderReduce:
+    """The ``leader`` strategy: the group's rank 0 times, the others time nothing, and the
+    reduction hands rank 0's timings to every rank.
+
+    For ranks known to be alike (same GPU model, clocks and load): tuning costs one rank's GPU
+    time, and no rank's noise moves the pick. The other ranks keep their GPU idle rather than
+    time a confirmation sample, which would cost a second round and a collective for a check
+    the premise makes moot. A candidate that failed on any rank (a compile failure, a wrong
+    result) still counts as failed everywhere: non-leaders hold 0 for the candidates they skip
+    and infinity for those that failed, and the reduction takes the maximum. A kernel's own
+    ``do_bench`` is always called, on every rank, as upstream calls it.
+    """
+
+    @hookimpl(tryfirst=True)
+    def tdp_time_candidate(self, request):
+        tuning = request.tuning
+        group = getattr(tuning, "group", None)
+        if group is None or strategy() != "leader" or rank(group) == 0:
+            return None
+        return 0.0  # skipped here: the leader's time replaces it
+
+    @hookimpl(trylast=True)
+    def tdp_reduce_timings(self, request, timings, group):
+        if group is None or strategy() != "leader":
+            return None
+        return MaxReduce.reduce(request, timings, group, f"taking rank 0's timings of {request.kernel_name}")
+
+
 class MaxReduce:
     """The built-in ``tdp_reduce_timings``: the slowest rank's time counts for each candidate."""
 
@@ -191,6 +261,9 @@ class MaxReduce:
     def tdp_reduce_timings(self, request, timings, group):
         if group is None:
             return timings
-        values = all_reduce_max([v for t in timings.values() for v in t], group, f"reducing timings of "
-                                f"{request.kernel_name}")
+        return self.reduce(request, timings, group, f"reducing timings of {request.kernel_name}")
+
+    @staticmethod
+    def reduce(request: Any, timings: dict, group: Any, what: str) -> dict:
+        values = all_reduce_max([v for t in timings.values() for v in t], group, what)
         return {config: values[3 * i : 3 * i + 3] for i, config in enumerate(timings)}

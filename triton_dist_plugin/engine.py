@@ -155,8 +155,14 @@ def _ranked(timings: dict) -> list:
 
 
 def _round(request, configs, calls, method, do_bench, n_warmup, n_repeat, group, on_candidate) -> tuple[dict, dict]:
+    """Time ``configs`` once each and reduce over ``group``. A config without a call (a known
+    failure) is not run but still takes part in the reduction as infinity, so every rank
+    reduces the same list whatever failed where."""
     timings, failures = {}, {}
     for config in configs:
+        if config not in calls:
+            timings[config] = list(INF3)
+            continue
         cand = CandidateRequest(
             call=calls[config], config=config, kernel_name=request.kernel_name, key=request.key, device=request.device,
             method=method, n_warmup=n_warmup, n_repeat=n_repeat, tuning=request,
@@ -196,6 +202,7 @@ def run_candidates(
     (see ``let_through``), rather than ``NoValidConfig``.
     """
     start = time.perf_counter()
+    request.group = group
     configs = list(configs)
     failures: dict = dict(known_failures or {})
     timings: dict = {c: list(INF3) for c in configs if c in failures}
@@ -209,15 +216,16 @@ def run_candidates(
             raise
         except Exception as exc:  # a candidate that cannot even be set up is a failed candidate
             timings[config], failures[config] = list(INF3), describe(exc)
-    runnable = [c for c in configs if c in calls]
-    finalists = runnable
-    if screen is not None and len(runnable) >= screen.min_candidates:
-        first, failed = _round(request, runnable, calls, method, None, screen.n_warmup, screen.n_repeat, group,
+    # Every decision below depends only on what every rank shares (the candidates and the reduced
+    # timings), never on what failed where, so the ranks of a group always take the same path.
+    finalists = configs
+    if screen is not None and len(configs) >= screen.min_candidates:
+        first, failed = _round(request, configs, calls, method, None, screen.n_warmup, screen.n_repeat, group,
                                on_candidate)
         timings.update(first)
         failures.update(failed)
         finalists = screen.survivors(first)
-        note = f"screened {len(runnable)} candidates in {time.perf_counter() - start:.2f}s"
+        note = f"screened {len(calls)} candidates in {time.perf_counter() - start:.2f}s"
         if len(finalists) > screen.final_count:
             started = time.perf_counter()
             second, failed = _round(request, finalists, calls, method, None, screen.n_warmup, screen.second_repeat,
@@ -230,7 +238,7 @@ def run_candidates(
         request.notes.append(f"{note}; measuring the best {len(finalists)} fully")
     started = time.perf_counter()
     final, failed = _round(request, finalists, calls, method, do_bench, n_warmup, n_repeat, group, on_candidate)
-    if finalists is not runnable:
+    if finalists is not configs:
         request.notes.append(f"measured {len(finalists)} finalists in {time.perf_counter() - started:.2f}s")
     timings.update(final)
     failures.update(failed)
@@ -247,7 +255,7 @@ def run_candidates(
         raise original
     best = min(valid, key=valid.get)
     return Outcome(best=best, timings=timings, failures=failures, bench_time=time.perf_counter() - start,
-                   measured=list(finalists))
+                   measured=[c for c in finalists if c in calls])
 
 
 def record(request: TuningRequest, outcome: Optional[Outcome], best: Any, timings: dict, *, method: str,

@@ -6,11 +6,12 @@ marked with :data:`triton_dist_plugin.hookimpl`. Register it at run time with
 the ``triton_dist_plugin`` group; those are loaded when the plugin is activated.
 
 Implementations are called newest-registered first; mark one ``tryfirst=True`` or
-``trylast=True`` to move it. The built-in behaviour (timing, reduction, reporting) is registered
-the same way with ``trylast=True``, so any user plugin runs before it and can replace it.
+``trylast=True`` to move it. The built-in behaviour (timing, reduction, reporting, the file
+store) is registered the same way with ``trylast=True``, so any user plugin runs before it and
+can replace it.
 Hooks are always called with keyword arguments; an implementation may accept only the ones it
-needs. Hook wrappers are not called for the ``firstresult`` and pruning hooks, whose results
-are checked one implementation at a time so that a wrong result names its plugin.
+needs. Hook wrappers are not called for the ``firstresult``, pruning and cache-store hooks, whose
+results are checked one implementation at a time so that a wrong result names its plugin.
 """
 
 from __future__ import annotations
@@ -87,6 +88,53 @@ def tdp_reduce_timings(request, timings, group):
     :returns: the reduced ``{config: [p50, p20, p80]}`` with the same keys, or None to let the
         next implementation decide. Stops at the first non-None result. The built-in takes the
         maximum over the group (the slowest rank decides), so every rank picks the same config.
+    """
+
+
+# -------------------------------------------------------------------------------------------
+# cache stores
+# -------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def tdp_cache_get(entry):
+    """Called to read a persisted pick: a kernel-level key (``@triton.autotune``) or a
+    function-level one (``tune.autotune``) that this process has not tuned yet.
+
+    Not called with ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1``, nor for kernels that do not persist
+    (``TRITON_DIST_AUTOTUNE_PERSIST=0``, upstream's ``cache_results=True``).
+
+    The built-in file store (``tdp.store``, ``trylast``) reads ``entry.path``; a store registered
+    without ``trylast`` is asked before it, and ``unregister(name="tdp.store")`` leaves the
+    registered stores alone. Whatever store answers, the record is checked as a file's is (format,
+    key, pick still among the candidates, versions with ``TRITON_DIST_AUTOTUNE_VERSION_CHECK=1``);
+    one that fails is tuned again. Only these lookups go through stores: directory scans (frozen
+    mode's nearest key, ``triton-dist-tune`` list/show/export/clear, manifest import) and the
+    ``.log`` beside a function-level entry read and write the local cache directory only.
+
+    :param entry: the :class:`~triton_dist_plugin.requests.CacheEntry`: ``kind`` (``"kernel"``
+        or ``"function"``), ``name``, ``digest`` (a stable id of the source, hardware and key) and
+        ``path`` (the built-in file store's place for it). Stores on other media key on
+        ``(kind, name, digest)``.
+    :returns: the stored JSON object (a dict, as ``tdp_cache_put`` received it), or None to let
+        the next store answer (absent, unreadable, unreachable: warn and return None). Stops at
+        the first non-None result; anything but a dict is a ``PluginError`` naming the plugin.
+    """
+
+
+@hookspec
+def tdp_cache_put(entry, record):
+    """Called once a key was tuned, to keep its pick: every store is called, in turn.
+
+    Under a tuning group only the agreed pick is stored, once per group: rank 0 of the group
+    calls this; the other ranks agree on its hit at their next start.
+
+    :param entry: the :class:`~triton_dist_plugin.requests.CacheEntry` (as for ``tdp_cache_get``).
+    :param record: the entry as a JSON object (a dict of JSON types); ``tdp_cache_get`` must
+        return an equal one.
+    :returns: ignored. A store that cannot keep the record raises ``OSError`` (or a subclass):
+        the other stores are still called, and the tuning warns and keeps its pick in memory,
+        as for an unwritable cache directory. Any other exception propagates.
     """
 
 

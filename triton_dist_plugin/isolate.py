@@ -2,24 +2,38 @@
 
 A candidate that writes out of bounds poisons the CUDA context ("illegal memory access"), and one
 that never finishes hangs the process: either way the user's process is lost with it. With
-isolation on, every candidate first runs once in a worker process (spawned, so it has its own
-CUDA context) on its own copies of the arguments, under a timeout. One that crashes the worker,
-raises there, or does not finish in time is a failed candidate with that reason: it is never run
-in the user's process, and tuning goes on with the others (a new worker takes the rest).
+isolation on, every candidate first runs once in a worker process (a new interpreter, so it has
+its own CUDA context) on its own copies of the arguments, under a timeout. One that crashes the
+worker, raises there, or does not finish in time is a failed candidate with that reason: it is
+never run in the user's process, and tuning goes on with the others (a new worker takes the rest).
+
+The worker costs little on the first call because nothing waits for it: it starts when tuning
+starts and imports torch and Triton and makes its CUDA context at once; it receives the kernel
+and the arguments before compilation begins, and each candidate as soon as it has compiled, so
+it runs them while the others still compile. It is a plain ``python -c`` process rather than a
+``multiprocessing`` spawn, which would import the user's main script again (and run whatever it
+does outside ``if __name__ == "__main__"``).
 
 When it is on (``TRITON_DIST_AUTOTUNE_ISOLATE``): by default for candidates the plugin generated
 itself (``configs=[]``), which nobody has run before; ``1`` for every tuned kernel; ``0`` never.
 Explicit configs are the kernel author's and usually known good, and a worker costs a process
 start, overlapped with compilation. The worker finds the kernel by its module and name, so a
-kernel defined inside a function, or arguments that cannot be copied (objects other than tensors
-and plain values), leave the kernel unisolated, with a note in the report.
+kernel defined inside a function or in the main script, or arguments that cannot be copied
+(objects other than tensors and plain values), leave the kernel unisolated, with a note in the
+report.
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import contextlib
+import os
 import pickle
+import socket
+import subprocess
+import sys
+import threading
 import time
+from multiprocessing.connection import Connection
 from typing import Any, Optional
 
 from . import _compat, settings
@@ -45,6 +59,9 @@ def where(fn: Any) -> tuple[str, str]:
     module, name = getattr(base, "__module__", None), getattr(base, "__qualname__", "")
     if not module or "<locals>" in name:
         raise Unisolated(f"{name or fn!r} is not defined at module level, so a worker cannot import it")
+    if module in ("__main__", "__mp_main__"):
+        raise Unisolated(f"{name} is defined in the main script, which a worker would have to run again to find "
+                         "it; define it in a module to isolate it")
     return module, name
 
 
@@ -68,96 +85,171 @@ def _restore(item: tuple) -> Any:
     return item[1]
 
 
+_WORKER = "import sys; from triton_dist_plugin.isolate import _serve; _serve(int(sys.argv[1]))"
+
+
 class Worker:
-    """One spawned process that runs candidates for one tuning; started early so its start-up
-    (importing torch and Triton) overlaps compilation."""
+    """One worker process for one tuning: ``prepare`` the kernel and arguments, ``submit`` each
+    candidate as it compiles, ``finish`` to run the rest and collect every verdict."""
 
     def __init__(self) -> None:
-        self.ctx = multiprocessing.get_context("spawn")
         self.proc: Any = None
         self.conn: Any = None
+        self.job: Optional[dict] = None
+        self.unisolated: Optional[str] = None
+        self.sent: list[int] = []  # candidates the live worker has, in the order it runs them
+        self.runs: dict[int, tuple] = {}  # candidate -> (meta, grid), for a new worker after a crash
+        self.lock = threading.Lock()  # compile threads submit concurrently
         self.start()
 
     def start(self) -> None:
-        self.conn, child = self.ctx.Pipe()
-        self.proc = self.ctx.Process(target=_serve, args=(child,), daemon=True, name="tdp-isolate")
-        self.proc.start()
-        child.close()
+        ours, theirs = socket.socketpair()
+        env = {**os.environ, "TRITON_DIST_PLUGIN_DISABLE": "1",  # plain Triton there: no tuning in the worker
+               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the kernel's module is found as here
+        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER, str(theirs.fileno())], pass_fds=[theirs.fileno()],
+                                     env=env, stdin=subprocess.DEVNULL)
+        theirs.close()
+        self.conn = Connection(ours.detach())
+        self.sent = []
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.is_alive():
-            self.proc.kill()
         if self.proc is not None:
-            self.proc.join(5)
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait(5)
+            self.conn.close()
         self.proc = None
 
-    def check(self, fn: Any, kind: str, args: tuple, kwargs: dict, runs: list[tuple[Any, dict, Any]]) -> dict:
-        """Run each ``(config, launch keywords, grid)`` once; ``{config: reason}`` for those that
-        failed. Raises ``Unisolated`` when the kernel cannot be run in a worker at all."""
-        module, name = where(fn)
-        job = {"module": module, "name": name, "kind": kind, "args": [_copy(a) for a in args],
-               "kwargs": {k: _copy(v) for k, v in kwargs.items()}}
+    def prepare(self, fn: Any, kind: str, args: tuple, kwargs: dict) -> None:
+        """Send the kernel and copies of the arguments now, so the worker loads them while we compile."""
         try:
+            module, name = where(fn)
+            job = {"module": module, "name": name, "kind": kind, "args": [_copy(a) for a in args],
+                   "kwargs": {k: _copy(v) for k, v in kwargs.items()}}
             pickle.dumps(job)
-            todo = [(i, pickle.loads(pickle.dumps((meta, grid)))) for i, (_, meta, grid) in enumerate(runs)]
+        except Unisolated as exc:
+            self.unisolated = str(exc)
+            return
         except Exception as exc:
-            raise Unisolated(f"its arguments cannot be copied to a worker ({type(exc).__name__})") from None
+            self.unisolated = f"its arguments cannot be copied to a worker ({type(exc).__name__})"
+            return
+        self.job = job
+        self._send(("job", job))
+
+    def submit(self, index: int, meta: dict, grid: Any) -> None:
+        """Hand candidate ``index`` to the worker (from any thread), which runs it at once."""
+        if self.job is None:
+            return
+        try:
+            run = pickle.loads(pickle.dumps((meta, grid)))
+        except Exception as exc:
+            self.unisolated = f"its launch (grid, meta-parameters) cannot be copied to a worker ({type(exc).__name__})"
+            return
+        with self.lock:
+            if index in self.runs:
+                return
+            self.runs[index] = run
+            self.sent.append(index)
+            self._send(("run", [(index, run)]))
+
+    def _send(self, message: tuple) -> None:
+        try:
+            _put(self.conn, message)
+        except OSError:
+            pass  # the worker died: ``finish`` finds out and starts another
+
+    def finish(self, runs: dict[int, tuple]) -> dict[int, str]:
+        """Run every candidate of ``runs`` (``{index: (meta, grid)}``) not yet submitted, wait for
+        each verdict; ``{index: reason}`` for those that failed. Raises ``Unisolated`` when the
+        kernel cannot be run in a worker at all."""
+        for index, (meta, grid) in runs.items():
+            self.submit(index, meta, grid)
+        if self.unisolated is not None:
+            raise Unisolated(self.unisolated)
         limit = settings.value(TIMEOUT_ENV)
-        failed: dict = {}
-        while todo:
-            if self.proc is None:
-                self.start()
-            self.conn.send(("job", job))
-            reply = self._receive(_START_TIMEOUT)
-            if reply is None or reply[0] != "ready":
-                raise Unisolated(reply[1] if reply else "the worker did not start")
-            pending = list(todo)
-            self.conn.send(("run", pending))
-            while pending:
-                i, _ = pending[0]
-                config = runs[i][0]
-                reply = self._receive(limit)
-                if reply is None:  # died or hung on candidate i: a new worker takes the rest
-                    alive = self.proc is not None and self.proc.is_alive()
-                    code = None if alive else self.proc.exitcode
-                    self.stop()
-                    failed[config] = (f"did not finish within {limit:.0f}s in the isolation worker "
-                                      f"({TIMEOUT_ENV})" if alive else
-                                      f"crashed the isolation worker (exit code {code}); "
-                                      "it was not run in this process")
-                    pending.pop(0)
-                    break
-                status, index, reason = reply
-                if status == "error":
-                    failed[runs[index][0]] = f"failed in the isolation worker: {reason}"
-                pending.pop(0)
-            todo = pending
-        return failed
+        failed: dict[int, str] = {}
+        ready = False
+        while True:
+            with self.lock:
+                pending = list(self.sent)
+            if not pending:
+                return failed
+            if not ready:
+                reply = self._receive(_START_TIMEOUT)
+                if reply is None or reply[0] != "ready":
+                    raise Unisolated(reply[1] if reply and len(reply) > 1 else "the worker did not start")
+                ready = True
+            reply = self._receive(limit)
+            # Died or hung on the first unanswered candidate: a new worker takes the rest.
+            if reply is None or reply[0] == "gone":
+                culprit = pending[0]
+                if reply is not None:  # its socket closed: it is exiting, if not yet gone
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        self.proc.wait(5)
+                alive = self.proc is not None and self.proc.poll() is None
+                code = None if alive else self.proc.returncode
+                self.stop()
+                failed[culprit] = (f"did not finish within {limit:.0f}s in the isolation worker ({TIMEOUT_ENV})"
+                                   if alive else f"crashed the isolation worker (exit code {code}); "
+                                   "it was not run in this process")
+                with self.lock:
+                    self.start()
+                    ready = False
+                    self._send(("job", self.job))
+                    rest = pending[1:]
+                    self.sent = list(rest)
+                    if rest:
+                        self._send(("run", [(i, self.runs[i]) for i in rest]))
+                continue
+            status, index, reason = reply
+            with self.lock:
+                if index in self.sent:
+                    self.sent.remove(index)
+            if status == "error":
+                failed[index] = f"failed in the isolation worker: {reason}"
 
     def _receive(self, limit: float) -> Optional[tuple]:
+        """The worker's next reply; ``("gone",)`` when its end closed; None after ``limit`` seconds."""
         deadline = time.monotonic() + limit
         while time.monotonic() < deadline:
-            if self.conn.poll(min(0.2, max(0.0, deadline - time.monotonic()))):
-                try:
-                    return self.conn.recv()
+            try:
+                if self.conn.poll(min(0.2, max(0.0, deadline - time.monotonic()))):
+                    return _get(self.conn)
+            except (EOFError, OSError):
+                return ("gone",)
+            if self.proc is None or self.proc.poll() is not None:
+                try:  # a last reply may still be in the socket
+                    return _get(self.conn) if self.conn.poll(0) else ("gone",)
                 except (EOFError, OSError):
-                    return None
-            if self.proc is None or not self.proc.is_alive():
-                return None
+                    return ("gone",)
         return None
 
 
-def _serve(conn: Any) -> None:  # pragma: no cover - runs in the spawned worker
-    """The worker: import the kernel, rebuild the arguments, run each candidate, report each."""
-    import importlib
-    import os
+def _put(conn: Connection, message: tuple) -> None:
+    # Plain pickle: tensors travel as their data (``Connection.send`` would share CPU storage
+    # through torch's file-descriptor passing, which needs a ``multiprocessing`` parent).
+    conn.send_bytes(pickle.dumps(message))
 
-    os.environ["TRITON_DIST_PLUGIN_DISABLE"] = "1"  # plain Triton here: no tuning inside the worker
+
+def _get(conn: Connection) -> Any:
+    return pickle.loads(conn.recv_bytes())
+
+
+def _serve(fd: int) -> None:  # pragma: no cover - runs in the worker process
+    """The worker: import torch and Triton and make the CUDA context before the kernel arrives,
+    then rebuild the arguments, run each candidate as it comes, and report each."""
+    import importlib
+
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.init()
+    conn = Connection(fd)
     fn = args = kwargs = None
     while True:
         try:
-            message = conn.recv()
-        except EOFError:
+            message = _get(conn)
+        except (EOFError, OSError):
             return
         if message[0] == "job":
             job = message[1]
@@ -174,18 +266,16 @@ def _serve(conn: Any) -> None:  # pragma: no cover - runs in the spawned worker
                 fn = obj
                 args = [_restore(a) for a in job["args"]]
                 kwargs = {k: _restore(v) for k, v in job["kwargs"].items()}
-                conn.send(("ready",))
+                _put(conn, ("ready",))
             except Exception as exc:
-                conn.send(("unisolated", f"the worker could not load {job['name']}: {type(exc).__name__}: {exc}"))
+                _put(conn, ("unisolated", f"the worker could not load {job['name']}: {type(exc).__name__}: {exc}"))
         elif message[0] == "run":
-            import torch
-
             for index, (meta, grid) in message[1]:
                 try:
                     fn.run(*args, grid=grid, warmup=False, **kwargs, **meta)
                     if torch.cuda.is_available():
                         torch.cuda.synchronize()
-                    conn.send(("ok", index, None))
+                    _put(conn, ("ok", index, None))
                 except Exception as exc:
                     text = str(exc).strip().splitlines()
-                    conn.send(("error", index, f"{type(exc).__name__}: {text[0][:300] if text else ''}"))
+                    _put(conn, ("error", index, f"{type(exc).__name__}: {text[0][:300] if text else ''}"))

@@ -138,13 +138,14 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
 
     def bench():
         nonlocal outcome
-        worker = isolate.Worker() if isolate.enabled(state.generate) else None  # starts while we compile
+        worker = _isolation(instance, state, args, kwargs, configs)  # runs candidates as they compile
         try:
-            failed = compile_all(instance, state, request, args, kwargs, configs)
-            unsafe = _isolated(worker, instance, state, request, args, kwargs, configs, failed) if worker else {}
+            failed = compile_all(instance, state, request, args, kwargs, configs, group,
+                                 worker[1] if worker is not None else None)
+            unsafe = _isolated(worker[0], request, configs, worker[2], failed) if worker else {}
         finally:
             if worker is not None:
-                worker.stop()
+                worker[0].stop()
         # A candidate that failed to compile is still launched and timed, as upstream does: its
         # hooks and the kernel's own do_bench see the failure (a post_hook gets the exception).
         # One that crashed or hung the isolation worker is never run here.
@@ -212,27 +213,36 @@ def _persist(store: persist.KernelStore, key: tuple, outcome: engine.Outcome, me
         cache.warn_unwritable(store.name, store.dir, key, exc, stacklevel=5)
 
 
-def _isolated(worker: Any, instance: Any, state: KernelState, request: TuningRequest, args: tuple, kwargs: dict,
-              configs: list, failed: dict) -> dict:
+def _isolation(instance: Any, state: KernelState, args: tuple, kwargs: dict, configs: list):
+    """With isolation on: ``(worker, submit, runs)``, the worker already started and given the
+    kernel and its arguments; ``submit(i)`` hands it ``configs[i]`` (called as each compiles),
+    ``runs`` holds every candidate's launch. None with isolation off."""
+    if not isolate.enabled(state.generate):
+        return None
+    worker = isolate.Worker()
+    _, launch, named, _ = split_launch(state, args, kwargs)
+    grid = kwargs.get("grid")
+    runs: dict = {}
+    for i, config in enumerate(configs):
+        meta = state.launch_kwargs(config)
+        runs[i] = (meta, grid({**named, **launch, **meta}) if callable(grid) else grid)
+    worker.prepare(instance.fn, type(instance.fn).__name__, args, launch)
+    return worker, lambda i: worker.submit(i, *runs[i]), runs
+
+
+def _isolated(worker: Any, request: TuningRequest, configs: list, runs: dict, failed: dict) -> dict:
     """Each candidate run once in the isolation worker: ``{config: reason}`` for those that crashed,
     hung or raised there (see ``isolate.py``)."""
     started = time.perf_counter()
-    _, launch, named, _ = split_launch(state, args, kwargs)
-    grid = kwargs.get("grid")
-    runs = []
-    for config in configs:
-        if config in failed:  # did not compile: nothing to run
-            continue
-        meta = state.launch_kwargs(config)
-        runs.append((config, meta, grid({**named, **launch, **meta}) if callable(grid) else grid))
+    todo = {i: run for i, run in runs.items() if configs[i] not in failed}  # did not compile: nothing to run
     try:
-        unsafe = worker.check(instance.fn, type(instance.fn).__name__, args, launch, runs)
+        unsafe = worker.finish(todo)
     except isolate.Unisolated as exc:
         request.notes.append(f"not isolated: {exc}")
         return {}
-    request.notes.append(f"ran {len(runs)} candidates in the isolation worker in "
-                         f"{time.perf_counter() - started:.2f}s; {len(unsafe)} failed there")
-    return unsafe
+    request.notes.append(f"ran {len(todo)} candidates in the isolation worker, done "
+                         f"{time.perf_counter() - started:.2f}s after compiling; {len(unsafe)} failed there")
+    return {configs[i]: reason for i, reason in unsafe.items()}
 
 
 def autotune_wrapper(wrapped, instance, args, kwargs):

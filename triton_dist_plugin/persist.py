@@ -3,7 +3,9 @@
 Every key a ``@triton.autotune`` kernel tunes is stored as one JSON file under
 ``<cache root>/kernels/<kernel name>/`` (the root of :mod:`.cache`, beside the function-level
 entries), keyed by the kernel's source and the sources it calls (Triton's own ``cache_key``),
-the hardware and the tuning key. Versions are recorded and, with
+the hardware and the tuning key. Reads and writes go through the store hooks
+(``tdp_cache_get``/``tdp_cache_put``), whose built-in keeps these files; the scan of every
+stored key (frozen mode's nearest key) reads the directory only. Versions are recorded and, with
 ``TRITON_DIST_AUTOTUNE_VERSION_CHECK=1``, enforced; ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1`` never
 reads; writes are atomic and an unreadable file is re-tuned and replaced, as for function-level
 entries. ``TRITON_DIST_AUTOTUNE_PERSIST=0`` turns it off; so does upstream's own disk cache
@@ -21,7 +23,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from . import _compat, cache, manifest, settings
+from . import _compat, bus, cache, manifest, settings
+from .requests import CacheEntry
 
 ENV = "TRITON_DIST_AUTOTUNE_PERSIST"
 FORMAT = cache.FORMAT  # the same record layout as function-level entries
@@ -50,8 +53,11 @@ class KernelStore:
         self.hw = cache.hardware(device, world)
         self.dir = cache.cache_root() / DIRECTORY / cache.safe_name(name)
 
+    def entry(self, key: Any) -> CacheEntry:
+        return cache.cache_entry("kernel", self.name, self.dir, self.source, self.hw, key)
+
     def path(self, key: Any) -> Path:
-        return cache.entry_path(self.dir, self.source, self.hw, key)
+        return self.entry(key).path
 
     def read(self, key: Any, configs: list) -> Optional[tuple[int, dict]]:
         """The stored pick's position in ``configs`` and the stored timings of those of ``configs``
@@ -59,12 +65,14 @@ class KernelStore:
         if settings.value(cache.ALWAYS_TUNE_ENV):
             return None
         manifest.load_from_env()
-        record = cache.read_json(self.path(key))
-        if record is None:
+        entry = self.entry(key)
+        found = bus.cache_get(entry)
+        if found is None:
             return None
+        store, record = found
         if record.get("format") != FORMAT or record.get("key") != repr(key):
-            warnings.warn(f"autotune cache {self.path(key)} is not {self.name}'s entry for key {key}; re-tuning",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(f"autotune cache {cache.where(entry, store)} is not {self.name}'s entry for key {key}; "
+                          "re-tuning", RuntimeWarning, stacklevel=3)
             return None
         if settings.value(cache.VERSION_CHECK_ENV) and record.get("versions") != cache.versions():
             return None
@@ -97,15 +105,16 @@ class KernelStore:
 
     def store(self, key: Any, best: Any, timings: dict, failures: dict, measured: list, method: str,
               bench_time: Optional[float]) -> Path:
-        path = self.path(key)
+        """Hand the entry to every store (``tdp_cache_put``); a store's ``OSError`` is raised after all."""
+        entry = self.entry(key)
         fully = {id(c) for c in measured}
-        cache.write_json_atomic(path, {
+        bus.cache_put(entry, {
             **cache.entry_header("kernel", self.name, key, self.source, self.hw),
             "pick_config": cache.describe(best), "method": method, "bench_time_s": bench_time,
             "candidates": [{"config": cache.describe(c), "ms": _finite(t), "timing": _plain(t),
                             "failure": failures.get(c), "measured": id(c) in fully} for c, t in timings.items()],
         })
-        return path
+        return entry.path
 
 
 def _finite(timing: Any) -> Optional[float]:

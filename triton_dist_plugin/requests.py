@@ -1,8 +1,9 @@
-"""The objects hooks receive: what is being tuned, one candidate, and the result."""
+"""The objects hooks receive: what is being tuned, one candidate, the result, and a cache entry."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 INF3 = [float("inf")] * 3
@@ -25,6 +26,8 @@ class TuningRequest:
     grid: Any = None
     #: why candidates were generated, kept or dropped (filled by ``tdp_generate_configs``)
     notes: list = field(default_factory=list)
+    #: the ``torch.distributed`` group tuning together (None: this process alone)
+    group: Any = None
 
 
 @dataclass
@@ -62,3 +65,20 @@ class TuningRecord:
     notes: list = field(default_factory=list)
     #: the candidates measured fully; the others in ``timings`` hold a short screening round's time
     measured: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One persisted pick, as the store hooks (``tdp_cache_get``/``tdp_cache_put``) see it.
+
+    A store on another medium keys on ``(kind, name, digest)``; ``path`` is where the built-in
+    file store keeps it.
+    """
+
+    #: ``"kernel"`` (a ``@triton.autotune`` key) or ``"function"`` (a ``tune.autotune`` key)
+    kind: str
+    #: the kernel's name, or the function's ``module.qualname``
+    name: str
+    #: a stable id of the source, the hardware and the key (the entry file's name, less ``.json``)
+    digest: str
+    path: Path

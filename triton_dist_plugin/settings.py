@@ -136,6 +136,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TRITON_DIST_AUTOTUNE_TIMEOUT", "seconds", "`300`",
             "how long each collective of distributed tuning waits for the other ranks", _seconds(300.0),
             "a positive number of seconds, such as 300"),
+    Setting("TRITON_DIST_AUTOTUNE_REDUCE", "choice", "`max`",
+            "how ranks of a tuning group combine timings: `max` (every rank times, the slowest counts) or "
+            "`leader` (rank 0 times for all)", _choice("max", "max", "leader"), "max, leader"),
     Setting("TRITON_DIST_AUTOTUNE_ON_CAPTURE", "choice", "`error`",
             "a key never tuned, met while a CUDA graph is captured: `error` raises before anything is enqueued; "
             "`fallback` launches the nearest tuned key's pick (else the first config) and warns",
@@ -175,8 +178,6 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TRITON_ALWAYS_COMPILE", "flag", "off", "turns the forked compile stage off (nothing would be reused)",
             owner="Triton"),
     Setting("RANK", "count", "`0`", "this process's rank, for contextual tuning's reports", owner="torch.distributed"),
-    Setting("LOCAL_RANK", "count", "unset", "local rank 0 writes the function-level cache for its node",
-            owner="torch.distributed"),
     Setting("HOME", "path", "the user's home", "where the default cache directories live", owner="the system"),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}

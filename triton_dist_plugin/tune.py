@@ -175,20 +175,19 @@ class AutoTuner:
         self.best_configs[key] = self.config_space[best]  # kept whatever happens on disk
         if distributed.writes_cache(group):
             try:
-                path = store.store(key, {
+                store.store(key, {
                     "pick": best, "pick_config": reprs[best], "method": method,
                     "bench_time_s": outcome.bench_time, "retained": retained,
                     "candidates": [{"index": i, "config": reprs[i], "ms": t if all(map(_finite, t)) else None,
                                     "failure": outcome.failures.get(i), "measured": i in outcome.measured}
                                    for i, t in outcome.timings.items()],
                 })
-                stamp = dt.datetime.now(dt.timezone.utc).isoformat()
-                with open(path.with_suffix(".log"), "a") as f:
-                    f.write(f"[{stamp}] {self.name} key={key!r} device={device} world={world}\n")
-                    f.writelines(f"  {line}\n" for line in lines)
-                    f.write(f"  pick: candidate {best} {reprs[best]} ({outcome.bench_time:.2f}s)\n")
-            except OSError as exc:  # a full disk or an unwritable directory must not lose the tuning
+            except OSError as exc:  # a full disk, an unwritable directory or a store that is down
                 cache.warn_unwritable(self.name, store.dir, key, exc, stacklevel=3)
+            stamp = dt.datetime.now(dt.timezone.utc).isoformat()
+            store.log(key, f"[{stamp}] {self.name} key={key!r} device={device} world={world}\n"
+                      + "".join(f"  {line}\n" for line in lines)
+                      + f"  pick: candidate {best} {reprs[best]} ({outcome.bench_time:.2f}s)\n")
         return self.config_space[best]
 
 
