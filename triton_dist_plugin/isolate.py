@@ -7,10 +7,12 @@ its own CUDA context) on its own copies of the arguments, under a timeout. One t
 worker, raises there, or does not finish in time is a failed candidate with that reason: it is
 never run in the user's process, and tuning goes on with the others (a new worker takes the rest).
 
-The worker costs little on the first call because nothing waits for it: it starts when tuning
-starts and imports torch and Triton and makes its CUDA context at once; it receives the kernel
-and the arguments before compilation begins, and each candidate as soon as it has compiled, so
-it runs them while the others still compile. It is a plain ``python -c`` process rather than a
+One worker serves every tuning of the process: it starts with the first tuning that needs it,
+imports torch and Triton and makes its CUDA context at once (about 3.5 s on an H200 host, paid
+once), and then waits for work. Each tuning sends it the kernel and the arguments before
+compilation begins, and each candidate as soon as it has compiled, so it runs them while the
+others still compile. It holds its own CUDA context (some hundreds of MB of GPU memory) until the
+process exits; ``TRITON_DIST_AUTOTUNE_ISOLATE=0`` avoids it. It is a plain ``python -c`` process rather than a
 ``multiprocessing`` spawn, which would import the user's main script again (and run whatever it
 does outside ``if __name__ == "__main__"``).
 
@@ -88,8 +90,22 @@ def _restore(item: tuple) -> Any:
 _WORKER = "import sys; from triton_dist_plugin.isolate import _serve; _serve(int(sys.argv[1]))"
 
 
+_shared: Optional[Worker] = None
+_shared_lock = threading.Lock()
+
+
+def worker() -> Worker:
+    """The process's worker, ready for a new tuning (started on first use, or again after it died)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = Worker()
+        _shared.reset()
+        return _shared
+
+
 class Worker:
-    """One worker process for one tuning: ``prepare`` the kernel and arguments, ``submit`` each
+    """A worker process; per tuning: ``prepare`` the kernel and arguments, ``submit`` each
     candidate as it compiles, ``finish`` to run the rest and collect every verdict."""
 
     def __init__(self) -> None:
@@ -111,6 +127,15 @@ class Worker:
         theirs.close()
         self.conn = Connection(ours.detach())
         self.sent = []
+        self.awaiting = False  # a job was sent and its "ready" not read yet
+
+    def reset(self) -> None:
+        """Forget the last tuning; a worker left with unanswered candidates (a tuning that ended
+        early) or no longer running is replaced, so no stale reply is ever read."""
+        if self.sent or self.awaiting or self.proc is None or self.proc.poll() is not None:
+            self.stop()
+            self.start()
+        self.job, self.unisolated, self.runs = None, None, {}
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -134,6 +159,7 @@ class Worker:
             self.unisolated = f"its arguments cannot be copied to a worker ({type(exc).__name__})"
             return
         self.job = job
+        self.awaiting = True
         self._send(("job", job))
 
     def submit(self, index: int, meta: dict, grid: Any) -> None:
@@ -178,7 +204,7 @@ class Worker:
                 reply = self._receive(_START_TIMEOUT)
                 if reply is None or reply[0] != "ready":
                     raise Unisolated(reply[1] if reply and len(reply) > 1 else "the worker did not start")
-                ready = True
+                ready, self.awaiting = True, False
             reply = self._receive(limit)
             # Died or hung on the first unanswered candidate: a new worker takes the rest.
             if reply is None or reply[0] == "gone":
@@ -193,20 +219,31 @@ class Worker:
                                    if alive else f"crashed the isolation worker (exit code {code}); "
                                    "it was not run in this process")
                 with self.lock:
-                    self.start()
-                    ready = False
-                    self._send(("job", self.job))
-                    rest = pending[1:]
-                    self.sent = list(rest)
-                    if rest:
-                        self._send(("run", [(i, self.runs[i]) for i in rest]))
+                    self.sent.remove(culprit)
+                self._replace()
+                ready = False
                 continue
             status, index, reason = reply
             with self.lock:
                 if index in self.sent:
                     self.sent.remove(index)
-            if status == "error":
+            if status in ("error", "fatal"):
                 failed[index] = f"failed in the isolation worker: {reason}"
+            if status == "fatal":  # it broke the worker's CUDA context: a new worker takes the rest
+                self._replace()
+                ready = False
+
+    def _replace(self) -> None:
+        """A new worker for the candidates the last one did not answer."""
+        with self.lock:
+            rest = list(self.sent)
+            self.stop()
+            self.start()
+            if rest:
+                self.awaiting = True
+                self._send(("job", self.job))
+                self.sent = rest
+                self._send(("run", [(i, self.runs[i]) for i in rest]))
 
     def _receive(self, limit: float) -> Optional[tuple]:
         """The worker's next reply; ``("gone",)`` when its end closed; None after ``limit`` seconds."""
@@ -278,4 +315,18 @@ def _serve(fd: int) -> None:  # pragma: no cover - runs in the worker process
                     _put(conn, ("ok", index, None))
                 except Exception as exc:
                     text = str(exc).strip().splitlines()
-                    _put(conn, ("error", index, f"{type(exc).__name__}: {text[0][:300] if text else ''}"))
+                    reason = f"{type(exc).__name__}: {text[0][:300] if text else ''}"
+                    if _context_lost(torch):  # a sticky CUDA error: every later launch here would fail too
+                        _put(conn, ("fatal", index, reason))
+                        os._exit(1)
+                    _put(conn, ("error", index, reason))
+
+
+def _context_lost(torch: Any) -> bool:  # pragma: no cover - runs in the worker process
+    if not torch.cuda.is_available():
+        return False
+    try:
+        (torch.ones(1, device="cuda") + 1).item()
+        return False
+    except Exception:
+        return True

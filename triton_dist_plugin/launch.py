@@ -139,13 +139,9 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
     def bench():
         nonlocal outcome
         worker = _isolation(instance, state, args, kwargs, configs)  # runs candidates as they compile
-        try:
-            failed = compile_all(instance, state, request, args, kwargs, configs, group,
-                                 worker[1] if worker is not None else None)
-            unsafe = _isolated(worker[0], request, configs, worker[2], failed) if worker else {}
-        finally:
-            if worker is not None:
-                worker[0].stop()
+        failed = compile_all(instance, state, request, args, kwargs, configs, group,
+                             worker[1] if worker is not None else None)
+        unsafe = _isolated(worker[0], request, configs, worker[2], failed) if worker else {}
         # A candidate that failed to compile is still launched and timed, as upstream does: its
         # hooks and the kernel's own do_bench see the failure (a post_hook gets the exception).
         # One that crashed or hung the isolation worker is never run here.
@@ -219,7 +215,7 @@ def _isolation(instance: Any, state: KernelState, args: tuple, kwargs: dict, con
     ``runs`` holds every candidate's launch. None with isolation off."""
     if not isolate.enabled(state.generate):
         return None
-    worker = isolate.Worker()
+    worker = isolate.worker()
     _, launch, named, _ = split_launch(state, args, kwargs)
     grid = kwargs.get("grid")
     runs: dict = {}
