@@ -39,6 +39,8 @@ from multiprocessing.connection import Connection
 from typing import Any, Optional
 
 from . import _compat, settings
+from .isolate_worker import get as _get
+from .isolate_worker import put as _put
 
 ENV = "TRITON_DIST_AUTOTUNE_ISOLATE"
 TIMEOUT_ENV = "TRITON_DIST_AUTOTUNE_ISOLATE_TIMEOUT"
@@ -76,18 +78,7 @@ def _copy(value: Any) -> Any:
     return ("value", value)
 
 
-def _restore(item: tuple) -> Any:
-    import torch
-
-    if item[0] == "tensor":
-        _, data, device, shape, stride = item
-        out = torch.empty_strided(shape, stride, dtype=data.dtype, device=device)
-        out.copy_(data)
-        return out
-    return item[1]
-
-
-_WORKER = "import sys; from triton_dist_plugin.isolate import _serve; _serve(int(sys.argv[1]))"
+_WORKER = "import sys; from triton_dist_plugin.isolate_worker import serve; serve(int(sys.argv[1]))"
 
 
 _shared: Optional[Worker] = None
@@ -260,73 +251,3 @@ class Worker:
                 except (EOFError, OSError):
                     return ("gone",)
         return None
-
-
-def _put(conn: Connection, message: tuple) -> None:
-    # Plain pickle: tensors travel as their data (``Connection.send`` would share CPU storage
-    # through torch's file-descriptor passing, which needs a ``multiprocessing`` parent).
-    conn.send_bytes(pickle.dumps(message))
-
-
-def _get(conn: Connection) -> Any:
-    return pickle.loads(conn.recv_bytes())
-
-
-def _serve(fd: int) -> None:  # pragma: no cover - runs in the worker process
-    """The worker: import torch and Triton and make the CUDA context before the kernel arrives,
-    then rebuild the arguments, run each candidate as it comes, and report each."""
-    import importlib
-
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.init()
-    conn = Connection(fd)
-    fn = args = kwargs = None
-    while True:
-        try:
-            message = _get(conn)
-        except (EOFError, OSError):
-            return
-        if message[0] == "job":
-            job = message[1]
-            try:
-                obj: Any = importlib.import_module(job["module"])
-                for part in job["name"].split("."):
-                    obj = getattr(obj, part)
-                for _ in range(8):  # Autotuner -> Heuristics -> JITFunction, at most, in practice
-                    if type(obj).__name__ == job["kind"]:
-                        break
-                    obj = getattr(obj, "fn", None)
-                if obj is None or type(obj).__name__ != job["kind"]:
-                    raise LookupError(f"{job['name']} does not lead to a {job['kind']}")
-                fn = obj
-                args = [_restore(a) for a in job["args"]]
-                kwargs = {k: _restore(v) for k, v in job["kwargs"].items()}
-                _put(conn, ("ready",))
-            except Exception as exc:
-                _put(conn, ("unisolated", f"the worker could not load {job['name']}: {type(exc).__name__}: {exc}"))
-        elif message[0] == "run":
-            for index, (meta, grid) in message[1]:
-                try:
-                    fn.run(*args, grid=grid, warmup=False, **kwargs, **meta)
-                    if torch.cuda.is_available():
-                        torch.cuda.synchronize()
-                    _put(conn, ("ok", index, None))
-                except Exception as exc:
-                    text = str(exc).strip().splitlines()
-                    reason = f"{type(exc).__name__}: {text[0][:300] if text else ''}"
-                    if _context_lost(torch):  # a sticky CUDA error: every later launch here would fail too
-                        _put(conn, ("fatal", index, reason))
-                        os._exit(1)
-                    _put(conn, ("error", index, reason))
-
-
-def _context_lost(torch: Any) -> bool:  # pragma: no cover - runs in the worker process
-    if not torch.cuda.is_available():
-        return False
-    try:
-        (torch.ones(1, device="cuda") + 1).item()
-        return False
-    except Exception:
-        return True
