@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -41,3 +42,23 @@ class Recorder:
     @hookimpl(tryfirst=True)
     def tdp_time_candidate(self, request):
         self.timed.append(request)
+
+
+def install_example(directory: Path, dist: str, scratch: Path, timeout: float = 240) -> Any:
+    """The example plugin distribution in ``directory`` (named ``dist``), installed into this
+    interpreter once (pip, without dependencies, from a copy in ``scratch`` so no build artifacts
+    land in the repository); its ``importlib.metadata`` distribution."""
+    import importlib
+    import importlib.metadata
+    import shutil
+
+    try:
+        return importlib.metadata.distribution(dist)
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    source = scratch / directory.name
+    shutil.copytree(directory, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", str(source)], check=True,
+                   timeout=timeout)
+    importlib.invalidate_caches()
+    return importlib.metadata.distribution(dist)

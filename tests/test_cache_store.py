@@ -6,8 +6,6 @@ The Redis tests install hooks/tdp-redis-store into the running interpreter (pip,
 dependencies) and load it through its entry point in each child process.
 """
 
-import importlib
-import importlib.metadata
 import json
 import os
 import re
@@ -23,7 +21,7 @@ from typing import NamedTuple
 import pytest
 import torch
 import triton
-from helpers import DEVICE, ROOT, Recorder, run_python
+from helpers import DEVICE, ROOT, Recorder, install_example, run_python
 
 import triton_dist_plugin as tdp
 from kernels import KERNELS
@@ -215,16 +213,7 @@ def _redis_or_skip():
 def redis_plugin(tmp_path_factory):
     """hooks/tdp-redis-store installed into this interpreter (pip, without dependencies)."""
     _redis_or_skip()
-    try:
-        return importlib.metadata.distribution(DIST)
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    source = tmp_path_factory.mktemp("dist") / PLUGIN_DIR.name
-    shutil.copytree(PLUGIN_DIR, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", str(source)], check=True,
-                   timeout=TIMEOUT)
-    importlib.invalidate_caches()
-    return importlib.metadata.distribution(DIST)
+    return install_example(PLUGIN_DIR, DIST, tmp_path_factory.mktemp("dist"), TIMEOUT)
 
 
 @pytest.fixture

@@ -9,13 +9,13 @@ import importlib
 import importlib.metadata
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import install_example
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = ROOT / "hooks" / "tdp-smem-budget"
@@ -27,15 +27,7 @@ TIMEOUT = 240
 @pytest.fixture(scope="session")
 def installed(tmp_path_factory):
     """Make sure the distribution is installed into this interpreter (pip, without dependencies)."""
-    try:
-        return importlib.metadata.distribution(DIST)
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    source = tmp_path_factory.mktemp("dist") / PLUGIN_DIR.name
-    shutil.copytree(PLUGIN_DIR, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", str(source)], check=True, timeout=TIMEOUT)
-    importlib.invalidate_caches()
-    return importlib.metadata.distribution(DIST)
+    return install_example(PLUGIN_DIR, DIST, tmp_path_factory.mktemp("dist"), TIMEOUT)
 
 
 def run_python(code: str, **env: str) -> dict:

@@ -11,7 +11,7 @@ from helpers import DEVICE, run_python
 
 import triton_dist_plugin as tdp
 from kernels import KERNELS
-from triton_dist_plugin import cache, hookimpl
+from triton_dist_plugin import cache, filestore, hookimpl
 from triton_dist_plugin.tune import autotune
 
 SCALE = KERNELS["scale"]
@@ -258,7 +258,7 @@ def test_source_digest_follows_the_launched_kernel(tmp_path):
 
 def _writer(path, n, i):
     for j in range(n):
-        cache.write_json_atomic(path, {"writer": i, "j": j, "payload": "x" * 20000})
+        filestore.write_json_atomic(path, {"writer": i, "j": j, "payload": "x" * 20000})
 
 
 def test_concurrent_writers_leave_valid_json(tmp_path):
@@ -269,7 +269,7 @@ def test_concurrent_writers_leave_valid_json(tmp_path):
         p.start()
     reads = 0
     while any(p.is_alive() for p in procs):
-        data = cache.read_json(path)
+        data = filestore.read_json(path)
         if data is not None:
             assert data["payload"] == "x" * 20000
             reads += 1

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from . import bus, filestore, settings
-from .filestore import read_json, with_suppress, write_json_atomic  # noqa: F401  (the directory scans' helpers)
 from .requests import CacheEntry
 
 ROOT_ENV = "TRITON_DIST_AUTOTUNE_DIR"

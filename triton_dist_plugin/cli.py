@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from . import cache, manifest, persist, untuned
+from . import cache, filestore, manifest, persist, untuned
 
 
 @dataclass
@@ -79,7 +79,7 @@ def persisted_kernel_entries() -> list[Entry]:
 def _plugin_entries(kind: str, pattern: str, name_field: str) -> list[Entry]:
     out = []
     for path in sorted(cache.cache_root().glob(pattern)):
-        rec = cache.read_json(path)
+        rec = filestore.read_json(path)
         if rec is None or ("pick" not in rec and "pick_config" not in rec):
             continue
         try:
@@ -103,7 +103,7 @@ def kernel_entries() -> list[Entry]:
 
     out = []
     for path in sorted(kernel_cache_root().glob("*/*.autotune.json")):
-        rec = cache.read_json(path)
+        rec = filestore.read_json(path)
         if rec is None or "configs_timings" not in rec:
             continue
         try:
@@ -273,7 +273,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 1
         for e in entries:
             for path in (Path(e.path), Path(e.path).with_suffix(".log"), Path(e.path + ".lock")):
-                cache.with_suppress(os.unlink, path)
+                filestore.with_suppress(os.unlink, path)
         print(f"cleared {len(entries)} entries")
     return 0
 

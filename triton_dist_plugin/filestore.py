@@ -2,8 +2,8 @@
 
 The plugin ``tdp.store`` implements ``tdp_cache_get``/``tdp_cache_put`` over ``entry.path``
 (``trylast``, so any other store is asked first; unregister it to keep nothing on disk). The
-JSON helpers live here, below the bus that registers the store, and :mod:`.cache` re-exports
-them for the directory scans (CLI, manifests) that read the files directly.
+JSON helpers live here, below the bus that registers the store; the directory scans (CLI,
+manifests, frozen mode's nearest key) use them to read the files directly.
 
 Writes take a file lock (``filelock``) and go through a temporary file and ``os.replace``, so
 readers never see half a file and concurrent writers never interleave; a file that cannot be

@@ -205,7 +205,6 @@ class Worker:
                         self.proc.wait(5)
                 alive = self.proc is not None and self.proc.poll() is None
                 code = None if alive else self.proc.returncode
-                self.stop()
                 failed[culprit] = (f"did not finish within {limit:.0f}s in the isolation worker ({TIMEOUT_ENV})"
                                    if alive else f"crashed the isolation worker (exit code {code}); "
                                    "it was not run in this process")

@@ -138,10 +138,10 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
 
     def bench():
         nonlocal outcome
-        worker = _isolation(instance, state, args, kwargs, configs)  # runs candidates as they compile
+        worker, runs = _isolation(instance, state, args, kwargs, configs)  # runs candidates as they compile
         failed = compile_all(instance, state, request, args, kwargs, configs, group,
-                             worker[1] if worker is not None else None)
-        unsafe = _isolated(worker[0], request, configs, worker[2], failed) if worker else {}
+                             (lambda i: worker.submit(i, *runs[i])) if worker is not None else None)
+        unsafe = _isolated(worker, request, configs, runs, failed) if worker is not None else {}
         # A candidate that failed to compile is still launched and timed, as upstream does: its
         # hooks and the kernel's own do_bench see the failure (a post_hook gets the exception).
         # One that crashed or hung the isolation worker is never run here.
@@ -179,7 +179,8 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
         instance.configs_timings = dict(found[1]) if found is not None and found[0] == stored else {}
         instance.bench_time = 0.0
         reset_only(configs[stored])
-        request.notes.append(f"pick read from {store.path(key)}" if store is not None else "pick shared by a rank")
+        request.notes.append(f"pick read from {found[2]}" if found is not None and found[0] == stored else
+                             "pick shared by a rank")
         cache_hit = True
     elif untuned.frozen():  # a miss never times anything: raise, or launch the nearest key's pick
         tuned = {**(store.picks(configs) if store is not None else {}), **instance.cache}
@@ -209,12 +210,12 @@ def _persist(store: persist.KernelStore, key: tuple, outcome: engine.Outcome, me
         cache.warn_unwritable(store.name, store.dir, key, exc, stacklevel=5)
 
 
-def _isolation(instance: Any, state: KernelState, args: tuple, kwargs: dict, configs: list):
-    """With isolation on: ``(worker, submit, runs)``, the worker already started and given the
-    kernel and its arguments; ``submit(i)`` hands it ``configs[i]`` (called as each compiles),
-    ``runs`` holds every candidate's launch. None with isolation off."""
+def _isolation(instance: Any, state: KernelState, args: tuple, kwargs: dict, configs: list) -> tuple[Any, dict]:
+    """With isolation on: ``(worker, runs)``, the worker already started and given the kernel and
+    its arguments, and ``runs[i]``: the launch of ``configs[i]`` (``(meta, grid)``) to hand it as
+    each compiles. ``(None, {})`` with isolation off."""
     if not isolate.enabled(state.generate):
-        return None
+        return None, {}
     worker = isolate.worker()
     _, launch, named, _ = split_launch(state, args, kwargs)
     grid = kwargs.get("grid")
@@ -223,7 +224,7 @@ def _isolation(instance: Any, state: KernelState, args: tuple, kwargs: dict, con
         meta = state.launch_kwargs(config)
         runs[i] = (meta, grid({**named, **launch, **meta}) if callable(grid) else grid)
     worker.prepare(instance.fn, type(instance.fn).__name__, args, launch)
-    return worker, lambda i: worker.submit(i, *runs[i]), runs
+    return worker, runs
 
 
 def _isolated(worker: Any, request: TuningRequest, configs: list, runs: dict, failed: dict) -> dict:

@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path, PurePosixPath
 from typing import Any, Optional
 
-from . import cache, settings
+from . import cache, filestore, settings
 
 ENV = "TRITON_DIST_AUTOTUNE_MANIFEST"
 _loaded: set = set()  # manifests this process already imported (by path)
@@ -56,7 +56,7 @@ def import_file(path: Path) -> tuple[int, int, list[str]]:
         if target.exists():
             present += 1
             continue
-        cache.write_json_atomic(target, record)
+        filestore.write_json_atomic(target, record)
         written += 1
     return written, present, skipped
 

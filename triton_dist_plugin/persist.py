@@ -23,7 +23,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from . import _compat, bus, cache, manifest, settings
+from . import _compat, bus, cache, filestore, manifest, settings
 from .requests import CacheEntry
 
 ENV = "TRITON_DIST_AUTOTUNE_PERSIST"
@@ -59,9 +59,10 @@ class KernelStore:
     def path(self, key: Any) -> Path:
         return self.entry(key).path
 
-    def read(self, key: Any, configs: list) -> Optional[tuple[int, dict]]:
-        """The stored pick's position in ``configs`` and the stored timings of those of ``configs``
-        it timed, as upstream's ``configs_timings`` holds them; None when there is no usable entry."""
+    def read(self, key: Any, configs: list) -> Optional[tuple[int, dict, str]]:
+        """The stored pick's position in ``configs``, the stored timings of those of ``configs`` it
+        timed (as upstream's ``configs_timings`` holds them) and where the entry was found (its
+        file, or the store that answered); None when there is no usable entry."""
         if settings.value(cache.ALWAYS_TUNE_ENV):
             return None
         manifest.load_from_env()
@@ -82,7 +83,7 @@ class KernelStore:
             return None
         stored = {c.get("config"): c.get("timing") for c in record.get("candidates", []) if isinstance(c, dict)}
         timings = {c: _timing(stored[d]) for c, d in zip(configs, described) if d in stored}
-        return described.index(pick), timings
+        return described.index(pick), timings, cache.where(entry, store)
 
     def picks(self, configs: list) -> dict:
         """``{key: config}`` for every stored key of this kernel on this machine whose pick is
@@ -92,7 +93,7 @@ class KernelStore:
         described = {cache.describe(c): c for c in configs}
         found = {}
         for path in sorted(self.dir.glob("*.json")):
-            record = cache.read_json(path)
+            record = filestore.read_json(path)
             if not record or record.get("source") != self.source or record.get("hardware") != self.hw:
                 continue
             try:
