@@ -2,7 +2,7 @@
 and what candidate isolation costs. Each scenario runs in its own process, so one that kills or
 hangs its process is observed from outside, and each reports whether its process is still usable.
 
-    python benchmarks/bench_faults_gpu.py
+    python benchmarks/bench_faults_gpu.py [cost]
 
 1. ``isolate``: a kernel with an out-of-bounds-write config and a never-ending config among good
    ones, tuned with ``TRITON_DIST_AUTOTUNE_ISOLATE=1``, then without isolation (``=0``), and with
@@ -23,7 +23,7 @@ import tempfile
 import time
 import warnings
 
-from _common import ROOT, first_call_matmul, save_results
+from _common import ROOT, save_results
 
 CHILD_TIMEOUT = 180
 
@@ -98,19 +98,40 @@ def child_capture() -> dict:
 def child_cost() -> dict:
     """The first call of the 48-config matmul, then of a second key (4096 x 4096 x 2048) of the
     same kernel in the same process: what isolation costs the first tuning of a process (the
-    worker starts) and each one after (the worker is there)."""
+    worker starts) and each one after (the worker is there). As in a program, the kernel is
+    decorated first (its module's import), then the inputs are made, then it is called:
+    ``program_s`` is decoration to result, what the whole program waits."""
     import torch
+    import triton
 
     from kernels import KERNELS
 
-    first, tuned = first_call_matmul()
+    notes: list = []
+    if os.environ.get("TDP_PLUGIN") == "1":
+        from triton_dist_plugin import hookimpl, register
+
+        class Notes:
+            @hookimpl
+            def tdp_on_tuned(self, record):
+                notes.extend(n for n in record.notes if "isolat" in n)
+
+        register(Notes())
+    mm = KERNELS["matmul"]
+    t_decorated = time.perf_counter()
+    tuned = triton.autotune(configs=mm.configs("cuda"), key=mm.key)(mm.jit)
+    a, b = mm.make_inputs("gpu", "cuda")
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    mm.launch(tuned, a, b)
+    torch.cuda.synchronize()
+    first, program = time.perf_counter() - t0, time.perf_counter() - t_decorated
     a = torch.randn(4096, 2048, device="cuda", dtype=torch.float16)
     b = torch.randn(2048, 4096, device="cuda", dtype=torch.float16)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    KERNELS["matmul"].launch(tuned, a, b)
+    mm.launch(tuned, a, b)
     torch.cuda.synchronize()
-    return {"first_call_s": first, "second_key_s": time.perf_counter() - t0}
+    return {"first_call_s": first, "program_s": program, "second_key_s": time.perf_counter() - t0, "notes": notes}
 
 
 def run_child(name: str, env: dict, plugin: bool = True) -> dict:
@@ -142,7 +163,8 @@ def main() -> None:
             import triton_dist_plugin  # noqa: F401
         print(json.dumps(globals()[f"child_{sys.argv[2]}"](), default=str))
         return
-    results = {
+    only_cost = sys.argv[1:] == ["cost"]  # ``cost``: isolation's cost alone, into its own results file
+    results = {} if only_cost else {
         "isolate_on": run_child("isolate", {"TRITON_DIST_AUTOTUNE_ISOLATE": "1",
                                             "TRITON_DIST_AUTOTUNE_ISOLATE_TIMEOUT": "10"}),
         "isolate_off": run_child("isolate", {"TRITON_DIST_AUTOTUNE_ISOLATE": "0"}),
@@ -151,15 +173,18 @@ def main() -> None:
         "capture_fallback": run_child("capture", {"TRITON_DIST_AUTOTUNE_ON_CAPTURE": "fallback"}),
         "capture_upstream": run_child("capture", {}, plugin=False),
     }
-    for _ in range(2):
+    for _ in range(3 if only_cost else 2):
         for mode in ("0", "1"):
             cost = run_child("cost", {"TRITON_DIST_AUTOTUNE_ISOLATE": mode})
             results.setdefault(f"cost_isolate_{mode}", []).append(cost.get("first_call_s"))
             results.setdefault(f"cost_isolate_{mode}_second_key", []).append(cost.get("second_key_s"))
-    save_results("faults_h200.json", results)
+            results.setdefault(f"cost_isolate_{mode}_program", []).append(cost.get("program_s"))
+            results.setdefault(f"cost_isolate_{mode}_process", []).append(cost.get("wall_s"))
+            results.setdefault(f"cost_isolate_{mode}_notes", []).append(cost.get("notes"))
+    save_results("isolation_cost_h200.json" if only_cost else "faults_h200.json", results)
     for name, r in results.items():
         if isinstance(r, list):
-            print(f"{name:20} first call s: {r}")
+            print(f"{name:20} {r}")
             continue
         what = r.get("tuning") or r.get("capture") or ""
         print(f"{name:20} {what[:90]:90} | {r.get('process')}")
@@ -168,11 +193,19 @@ def main() -> None:
     off, on = results["cost_isolate_0"], results["cost_isolate_1"]
     if all(off) and all(on):
         print(f"isolation cost on the 48-config matmul's first call: {min(on) / min(off):.2f}x "
-              f"({min(off):.2f}s -> {min(on):.2f}s, best of 2)")
+              f"({min(off):.2f}s -> {min(on):.2f}s, best of {len(on)})")
+    off, on = results["cost_isolate_0_program"], results["cost_isolate_1_program"]
+    if all(off) and all(on):
+        print(f"isolation cost on the program (decoration to first result): {min(on) / min(off):.2f}x "
+              f"({min(off):.2f}s -> {min(on):.2f}s, best of {len(on)})")
+    off, on = results["cost_isolate_0_process"], results["cost_isolate_1_process"]
+    if all(off) and all(on):
+        print(f"isolation cost on the whole process (start to exit, both keys): {min(on) / min(off):.2f}x "
+              f"({min(off):.2f}s -> {min(on):.2f}s, best of {len(on)})")
     off, on = results["cost_isolate_0_second_key"], results["cost_isolate_1_second_key"]
     if all(off) and all(on):
         print(f"isolation cost on a second key's first call in the same process: {min(on) / min(off):.2f}x "
-              f"({min(off):.2f}s -> {min(on):.2f}s, best of 2)")
+              f"({min(off):.2f}s -> {min(on):.2f}s, best of {len(on)})")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ scenario's collectives time out (TRITON_DIST_AUTOTUNE_TIMEOUT), so a divergence 
 """
 
 import json
+import math
 import os
 import sys
 import time
@@ -320,6 +321,43 @@ def scenario_leader(rank, world, group):
         result = spec.launch(kernel, x, y)
     out.update(kernel_pick=str(kernel.best_config), kernel_timed=counter.count,
                correct=bool(torch.equal(result, x + y)))
+    return out
+
+
+def scenario_search(rank, world, group):
+    """A large space searched under a group (halving, then optuna): the ranks' own times differ
+    (a rank-dependent skew on the bowl), the reduced ones do not, so every rank screens the same
+    candidates in the same order and picks the same."""
+    from search_space import LARGE, LARGE_BEST, copy
+
+    from triton_dist_plugin import search
+
+    class Skewed:
+        def __init__(self):
+            self.timed = []
+
+        @tdp.hookimpl(tryfirst=True)
+        def tdp_time_candidate(self, request):
+            request.call()
+            self.timed.append(str(request.config))
+            features = search.features_of(request.config)
+            skew = 0.05 * rank * (features["BLOCK"] % 3)
+            return 1.0 + skew + sum(abs(math.log2(features[k]) - math.log2(v)) for k, v in LARGE_BEST.items())
+
+    timer = Skewed()
+    tdp.register(timer)
+    out, correct = {}, True
+    for strategy in ("halving", "optuna"):
+        os.environ["TRITON_DIST_AUTOTUNE_SEARCH"] = strategy
+        timer.timed.clear()
+        kernel = triton.autotune(configs=LARGE, key=["n"])(copy)
+        x = torch.randn(300)
+        y = torch.zeros_like(x)
+        with tdp.tuning_group(group):
+            kernel[lambda m: (triton.cdiv(300, m["BLOCK"]),)](x, y, 300)
+        correct = correct and bool(torch.equal(x, y))
+        out[strategy] = {"path": list(dict.fromkeys(timer.timed)), "pick": str(kernel.best_config)}
+    out["correct"] = correct
     return out
 
 

@@ -75,6 +75,76 @@ def test_isolation_is_off_for_explicit_configs_by_default(recorder, monkeypatch)
     assert not isolate.enabled(generated=True)
 
 
+def _no_worker() -> None:
+    if isolate._shared is not None:
+        isolate._shared.stop()
+    isolate._shared = None
+
+
+def test_the_worker_starts_when_an_isolated_kernel_is_decorated_and_imports_its_module(recorder, monkeypatch):
+    """Its slow start (torch, Triton, the kernel's module) runs before the first call, not in it;
+    kernels that will not be isolated, and frozen processes, start none."""
+    monkeypatch.setenv(isolate.ENV, "0")
+    _no_worker()
+    triton.autotune(configs=[CONFIGS[0], CONFIGS[3]], key=["n"])(planted)
+    monkeypatch.setenv(isolate.ENV, "1")
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_FROZEN", "strict")
+    triton.autotune(configs=[CONFIGS[0], CONFIGS[3]], key=["n"])(planted)
+    assert isolate._shared is None
+    monkeypatch.delenv("TRITON_DIST_AUTOTUNE_FROZEN")
+    kernel = triton.autotune(configs=[CONFIGS[0], CONFIGS[3]], key=["n"])(planted)
+    started = isolate._shared
+    assert started is not None and started.proc.poll() is None and started.preloaded == {__name__}
+    x, out = copy_with(kernel)
+    torch.testing.assert_close(out, x)
+    assert isolate._shared is started  # the same worker took the tuning
+    (note,) = [n for n in recorder.records[0].notes if "isolation worker" in n]
+    assert "ran 2 candidates" in note and "before the job" in note and "0 failed" in note, note
+
+
+def test_a_large_job_never_waits_for_a_worker_that_is_not_reading(recorder, monkeypatch):
+    """The worker reads nothing while it imports torch: the arguments (here 64 MB, far beyond a
+    socket's buffer) go from a thread of their own, so compilation starts at once. A stopped
+    worker stands in for a slow one; with the send on the caller's thread this test hangs."""
+    import signal
+    import threading
+
+    monkeypatch.setenv(isolate.ENV, "1")
+    worker = isolate.worker()
+    os.kill(worker.proc.pid, signal.SIGSTOP)
+    try:
+        big = torch.zeros(16 << 20)
+        job = (planted, type(planted).__name__, (big, big, big.numel()), {})
+        sent = threading.Thread(target=worker.prepare, args=job, daemon=True)
+        sent.start()
+        sent.join(60)
+        assert not sent.is_alive(), "prepare blocked on a worker that is not reading"
+    finally:
+        os.kill(worker.proc.pid, signal.SIGCONT)
+    worker.submit(0, {"BLOCK": 1 << 20, "FAULT": 0}, (16,))
+    assert worker.finish({}) == {}  # the worker got the job and the candidate, and ran it
+
+
+def test_with_every_kernel_isolated_the_worker_starts_at_activation(tmp_path):
+    """``TRITON_DIST_AUTOTUNE_ISOLATE=1`` isolates every kernel: its worker starts with the plugin,
+    importing torch alongside the program; by default (and in a multiprocessing child) none does."""
+    probe = "import triton_dist_plugin; from triton_dist_plugin import isolate; print(isolate._shared is not None)"
+    child = ("import multiprocessing as mp, subprocess, sys\n"
+             "def run(q):\n    import triton_dist_plugin; from triton_dist_plugin import isolate\n"
+             "    q.put(isolate._shared is not None)\n"
+             "if __name__ == '__main__':\n    q = mp.get_context('spawn').Queue()\n"
+             "    p = mp.get_context('spawn').Process(target=run, args=(q,)); p.start(); print(q.get(timeout=120))\n"
+             "    p.join(60)\n")
+    (tmp_path / "child.py").write_text(child)
+    seen = []
+    for value, code in (("1", ["-c", probe]), ("", ["-c", probe]), ("1", [str(tmp_path / "child.py")])):
+        env = {**os.environ, isolate.ENV: value}
+        proc = subprocess.run([sys.executable, *code], capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        seen.append(proc.stdout.split()[-1])
+    assert seen == ["True", "False", "False"]
+
+
 def test_a_kernel_a_worker_cannot_import_is_tuned_unisolated_with_a_note(recorder, monkeypatch):
     monkeypatch.setenv(isolate.ENV, "1")
 

@@ -130,7 +130,7 @@ def test_subclass_loop_is_one_screened_run_with_upstream_semantics(cls, by, reco
     assert torch.equal(x, torch.ones_like(x)) and torch.equal(out, torch.ones_like(out))
     (record,) = recorder.records
     assert record.autotuner is kernel
-    assert any(note.startswith("screened 10 candidates") for note in record.notes)
+    assert any(note.startswith("screened 10 of 10 candidates") for note in record.notes)
     # Only the screening survivors ran the full measurement; every candidate was still timed.
     full = [r for r in recorder.timed if r.n_repeat is None]
     assert 1 <= len({id(r.config) for r in full}) < len(BLOCKS)

@@ -7,7 +7,7 @@ any timing, with the argument and the difference as its reason.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from . import engine, settings
 
@@ -28,15 +28,17 @@ def _tolerance(tensor: Any) -> tuple[float, float]:
     return 0.0, 0.0
 
 
-def check_accuracy(configs: list, make_call, named: dict, failed: dict) -> dict:
+def check_accuracy(configs: list, make_call, named: dict, failed: dict, memo: Optional[dict] = None) -> dict:
     """Run every candidate once on the same inputs and compare every tensor argument (outputs and
     anything mutated; ``named`` holds them, positional and keyword) with the first working
-    candidate's; returns the ones that disagree."""
+    candidate's; returns the ones that disagree. A search checks its candidates step by step:
+    ``memo`` keeps that first working candidate's results from one call to the next."""
     import torch
 
     tensors = {n: v for n, v in named.items() if isinstance(v, torch.Tensor)}
     original = {n: v.clone() for n, v in tensors.items()}
-    reference, ref_config, wrong = None, None, {}
+    memo = {} if memo is None else memo
+    reference, ref_config, wrong = memo.get("reference"), memo.get("config"), {}
     try:
         for config in configs:
             if config in failed:
@@ -51,6 +53,7 @@ def check_accuracy(configs: list, make_call, named: dict, failed: dict) -> dict:
             result = {n: v.clone() for n, v in tensors.items()}
             if reference is None:
                 reference, ref_config = result, config
+                memo.update(reference=result, config=config)
                 continue
             for n, value in result.items():
                 rtol, atol = _tolerance(value)

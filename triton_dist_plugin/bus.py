@@ -1,8 +1,9 @@
 """The hook bus: one pluggy ``PluginManager`` with the built-ins and third-party plugins.
 
 Built-in behaviour is registered here as ordinary plugins (``tdp.timing``, ``tdp.reduce``,
-``tdp.leader``, ``tdp.report``), marked ``trylast``, so a user's plugin replaces any of it just by answering
-first, or by ``plugin_manager().unregister(name="tdp.timing")``.
+``tdp.leader``, ``tdp.report``, ``tdp.generate``, ``tdp.store``, ``tdp.search``), marked
+``trylast``, so a user's plugin replaces any of it just by answering first, or by
+``plugin_manager().unregister(name="tdp.timing")``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ def plugin_manager() -> pluggy.PluginManager:
                 pm.register(report.Reporter(), name="tdp.report")
                 pm.register(BuiltinGenerator(), name="tdp.generate")
                 pm.register(filestore.FileStore(), name=filestore.NAME)
+                from .search import BuiltinSearch  # it calls back into the bus
+
+                pm.register(BuiltinSearch(), name="tdp.search")
                 _pm = pm
     return _pm
 

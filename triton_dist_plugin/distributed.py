@@ -202,6 +202,15 @@ def digest(obj: Any) -> int:
     return int.from_bytes(hashlib.sha256(repr(obj).encode()).digest()[:8], "big") >> 1
 
 
+def same_everywhere(group: Any, value: Any, what: str) -> Any:
+    """``value`` where every rank of ``group`` holds an equal one (by ``repr``), else None on
+    every rank (a collective: every rank calls it)."""
+    if group is None:
+        return value
+    rows = all_gather_ints([digest(value)], group, what)
+    return value if len({row[0] for row in rows}) == 1 else None
+
+
 def agree(group: Any, name: str, key: Any, candidates: list, cached_pick: Optional[int]) -> Optional[int]:
     """Check that all ranks tune the same key over the same candidates; agree on the cache.
 

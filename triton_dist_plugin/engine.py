@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from . import _compat, bus
 from .requests import INF3, CandidateRequest, TuningRecord, TuningRequest
+from .space import Space
 
 
 class NoValidConfig(RuntimeError):
@@ -176,6 +177,20 @@ def _round(request, configs, calls, method, do_bench, n_warmup, n_repeat, group,
     return (reduced if reduced is not None else timings), failures
 
 
+def _finalists(candidates: list) -> Callable[[Any], list]:
+    """What ``tdp_search`` must return: a list of the candidates it was given."""
+    given = {id(c) for c in candidates}
+
+    def check(result: Any) -> list:
+        if not isinstance(result, (list, tuple)):
+            raise TypeError("expected a list of the candidates to measure fully")
+        if any(id(r) not in given for r in result):
+            raise TypeError("expected only candidates it was given")
+        return list(result)
+
+    return check
+
+
 def run_candidates(
     request: TuningRequest,
     configs: Iterable[Any],
@@ -190,14 +205,21 @@ def run_candidates(
     screen: Optional[Screen] = None,
     known_failures: Optional[dict] = None,
     upstream_errors: bool = False,
+    prepare: Optional[Callable[[list], dict]] = None,
+    features: Optional[Callable[[Any], dict]] = None,
 ) -> Outcome:
     """Time the candidates, reduce over ``group``, pick the fastest; raise if none is valid.
 
-    With ``screen``, every candidate first gets a short round (through ``tdp_time_candidate``),
-    the survivors a longer one, and only the best of those the full measurement, by ``do_bench``
-    where given (the pick is always among those measured fully).
-    ``known_failures`` are candidates already known not to work (a failed compile, a wrong
-    result): never timed. With ``upstream_errors`` (the ``Autotuner`` front ends), a tuning in
+    With ``screen``, the search (``tdp_search``, ``search.py``) decides which candidates get a
+    short screening round, in what order, and which of them go on: the survivors get a longer
+    round, and only the best of those the full measurement, by ``do_bench`` where given (the
+    pick is always among those measured fully). Without it, every candidate is measured fully.
+    ``prepare(subset)`` readies candidates just before their first run (compiles them, runs
+    them in the isolation worker, checks their results) and returns ``{config: reason}`` for
+    those that failed; the search calls it only for the candidates it screens, so a large space
+    is never compiled whole. ``features(config)`` gives a candidate's parameters, the
+    coordinates a search moves along. ``known_failures`` are candidates already known not to
+    work: never timed. With ``upstream_errors`` (the ``Autotuner`` front ends), a tuning in
     which no candidate works raises the first failure upstream would have let through, if any
     (see ``let_through``), rather than ``NoValidConfig``.
     """
@@ -207,25 +229,44 @@ def run_candidates(
     failures: dict = dict(known_failures or {})
     timings: dict = {c: list(INF3) for c in configs if c in failures}
     calls: dict = {}
-    for config in configs:
-        if config in failures:
-            continue
-        try:
-            calls[config] = make_call(config)
-        except bus.PluginError:
-            raise
-        except Exception as exc:  # a candidate that cannot even be set up is a failed candidate
-            timings[config], failures[config] = list(INF3), describe(exc)
+    ready: set = set()
+
+    def ready_up(subset: list) -> None:
+        """Prepare and set up the calls of those of ``subset`` not yet ready."""
+        todo = [c for c in subset if id(c) not in ready]
+        ready.update(id(c) for c in todo)
+        if prepare is not None and todo:
+            failures.update(prepare(todo))
+        for config in todo:
+            if config in failures:
+                timings[config] = list(INF3)
+                continue
+            try:
+                calls[config] = make_call(config)
+            except bus.PluginError:
+                raise
+            except Exception as exc:  # a candidate that cannot even be set up is a failed candidate
+                timings[config], failures[config] = list(INF3), describe(exc)
+
     # Every decision below depends only on what every rank shares (the candidates and the reduced
     # timings), never on what failed where, so the ranks of a group always take the same path.
     finalists = configs
     if screen is not None and len(configs) >= screen.min_candidates:
-        first, failed = _round(request, configs, calls, method, None, screen.n_warmup, screen.n_repeat, group,
-                               on_candidate)
-        timings.update(first)
-        failures.update(failed)
-        finalists = screen.survivors(first)
-        note = f"screened {len(calls)} candidates in {time.perf_counter() - start:.2f}s"
+        screened: dict = {}
+
+        def evaluate(subset: list) -> dict:
+            subset = [c for c in dict.fromkeys(subset) if id(c) not in {id(s) for s in screened}]
+            ready_up(subset)
+            first, failed = _round(request, subset, calls, method, None, screen.n_warmup, screen.n_repeat, group,
+                                   on_candidate)
+            screened.update(first)
+            timings.update(first)
+            failures.update(failed)
+            return first
+
+        finalists = bus.first_result("tdp_search", _finalists(configs), request=request, candidates=configs,
+                                     evaluate=evaluate, space=Space(configs, features), screen=screen)
+        note = f"screened {len(screened)} of {len(configs)} candidates in {time.perf_counter() - start:.2f}s"
         if len(finalists) > screen.final_count:
             started = time.perf_counter()
             second, failed = _round(request, finalists, calls, method, None, screen.n_warmup, screen.second_repeat,
@@ -236,16 +277,17 @@ def run_candidates(
                     f"{time.perf_counter() - started:.2f}s"
             finalists = screen.narrow(second) or finalists
         request.notes.append(f"{note}; measuring the best {len(finalists)} fully")
+    ready_up(finalists)
     started = time.perf_counter()
     final, failed = _round(request, finalists, calls, method, do_bench, n_warmup, n_repeat, group, on_candidate)
     if finalists is not configs:
         request.notes.append(f"measured {len(finalists)} finalists in {time.perf_counter() - started:.2f}s")
     timings.update(final)
     failures.update(failed)
-    timings = {c: timings[c] for c in configs}
+    timings = {c: timings[c] for c in configs if c in timings}
     valid = {config: final[config] for config in finalists if math.isfinite(final[config][0])}
     if not valid:
-        failures = {c: failures.get(c, "timed as infinity on another rank") for c in configs}
+        failures = {c: failures.get(c, "timed as infinity on another rank") for c in configs if c in timings}
         error = NoValidConfig(request.kernel_name, request.key, failures)
         original = let_through(failures) if upstream_errors else None
         if original is None:

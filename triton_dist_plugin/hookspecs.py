@@ -54,6 +54,44 @@ def tdp_prune_configs(request, configs):
 
 
 # -------------------------------------------------------------------------------------------
+# search
+# -------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def tdp_search(request, candidates, evaluate, space, screen):
+    """Called when a key has candidates to compare and screening is on (not with
+    ``TRITON_DIST_AUTOTUNE_SEARCH=exhaustive``, a kernel's own ``do_bench``, or
+    ``use_cuda_graph=True``, which measure every candidate fully): decides which candidates
+    are compiled and screened, and which go on to be measured.
+
+    The built-in (``tdp.search``, ``trylast``) is ``halving`` or ``optuna``
+    (``TRITON_DIST_AUTOTUNE_SEARCH``; see ``search.py``).
+
+    :param request: the :class:`~triton_dist_plugin.requests.TuningRequest`; ``request.prior``
+        holds the nearest tuned key's candidates, fastest first (a warm start), or None;
+        append to ``request.notes`` to explain the path taken.
+    :param candidates: the candidates, in their given order.
+    :param evaluate: ``evaluate(subset) -> {candidate: [p50, p20, p80]}``: compiles the
+        candidates of ``subset`` not yet compiled (in parallel), runs them in the isolation
+        worker and checks their results where those are on, screens each with a short round
+        and reduces over the tuning group. Failures time as infinity; a candidate screened
+        before is not screened again. Under a group it is a collective: call it with the same
+        subsets in the same order on every rank, deciding only from what it returned and from
+        seeded randomness (``search.seed(request)``).
+    :param space: a :class:`~triton_dist_plugin.search.Space`: each candidate's parameters as
+        grid coordinates (``names``, ``values``, ``coords``), ``neighbours(i)`` and
+        ``closest(coord)``.
+    :param screen: the screening rules (:class:`~triton_dist_plugin.engine.Screen`);
+        ``screen.survivors(timings)`` keeps the candidates near the best.
+    :returns: the finalists, a list of candidates (normally screened ones) that go on to the
+        longer rounds; the pick is the fastest of them (an empty list: none worked, the tuning
+        fails with every reason). None lets the next implementation decide. Stops at the first
+        non-None result.
+    """
+
+
+# -------------------------------------------------------------------------------------------
 # timing
 # -------------------------------------------------------------------------------------------
 

@@ -7,14 +7,17 @@ its own CUDA context) on its own copies of the arguments, under a timeout. One t
 worker, raises there, or does not finish in time is a failed candidate with that reason: it is
 never run in the user's process, and tuning goes on with the others (a new worker takes the rest).
 
-One worker serves every tuning of the process: it starts with the first tuning that needs it,
-imports torch and Triton and makes its CUDA context at once (about 3.5 s on an H200 host, paid
-once), and then waits for work. Each tuning sends it the kernel and the arguments before
-compilation begins, and each candidate as soon as it has compiled, so it runs them while the
-others still compile. It holds its own CUDA context (some hundreds of MB of GPU memory) until the
-process exits; ``TRITON_DIST_AUTOTUNE_ISOLATE=0`` avoids it. It is a plain ``python -c`` process rather than a
-``multiprocessing`` spawn, which would import the user's main script again (and run whatever it
-does outside ``if __name__ == "__main__"``).
+One worker serves every tuning of the process. It is started as soon as a kernel that will be
+isolated is decorated, so its slowest part, importing torch, Triton and the kernel's module
+(about 3 s on an H200 host), runs while the user's program is still starting rather than on the
+first call's path; it makes its CUDA context only when the first tuning sends it work, so a
+process that never tunes (every key on disk) holds no GPU memory for it. Each tuning sends it the
+kernel and the arguments before compilation begins, and each candidate as soon as it has
+compiled, so it runs them while the others still compile. Once it has a CUDA context it keeps it
+(some hundreds of MB of GPU memory) until the process exits; ``TRITON_DIST_AUTOTUNE_ISOLATE=0``
+avoids it. It is a plain ``python -c`` process rather than a ``multiprocessing`` spawn, which
+would import the user's main script again (and run whatever it does outside
+``if __name__ == "__main__"``).
 
 When it is on (``TRITON_DIST_AUTOTUNE_ISOLATE``): by default for candidates the plugin generated
 itself (``configs=[]``), which nobody has run before; ``1`` for every tuned kernel; ``0`` never.
@@ -30,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import queue
 import socket
 import subprocess
 import sys
@@ -40,7 +44,6 @@ from typing import Any, Optional
 
 from . import _compat, settings
 from .isolate_worker import get as _get
-from .isolate_worker import put as _put
 
 ENV = "TRITON_DIST_AUTOTUNE_ISOLATE"
 TIMEOUT_ENV = "TRITON_DIST_AUTOTUNE_ISOLATE_TIMEOUT"
@@ -90,9 +93,53 @@ def worker() -> Worker:
     global _shared
     with _shared_lock:
         if _shared is None:
-            _shared = Worker()
+            _shared = _new_shared()
         _shared.reset()
         return _shared
+
+
+def _new_shared() -> Worker:
+    """The process's worker, stopped when the process exits (it would also go of itself, once its
+    socket closes, but no process is left behind either way)."""
+    import atexit
+
+    worker = Worker()
+    atexit.register(worker.stop)
+    return worker
+
+
+def prestart(fn: Any = None, generated: bool = False) -> None:
+    """Start the process's worker ahead of the first tuning that needs it: at activation when
+    every kernel is isolated (``fn`` None), or when a kernel that will be isolated is decorated
+    (the worker then imports ``fn``'s module too). It waits, without a CUDA context, for work.
+    Not in a ``multiprocessing`` child (a data loader's, say), which seldom tunes; never raises:
+    whatever goes wrong here is met again, and reported, by the tuning."""
+    global _shared
+    try:
+        import multiprocessing
+
+        if (settings.value(ENV) is not True if fn is None else not enabled(generated)) or \
+                settings.value("TRITON_DIST_AUTOTUNE_FROZEN") or multiprocessing.parent_process() is not None:
+            return
+        module = where(fn)[0] if fn is not None else None
+        with _shared_lock:
+            if _shared is None:
+                _shared = _new_shared()
+            if module is not None and module not in _shared.preloaded:
+                _shared.preloaded.add(module)
+                _shared._send(pickle.dumps(("preload", module)))
+    except Exception:
+        return
+
+
+def _deliver(conn: Connection, outbox: queue.SimpleQueue) -> None:
+    """Write the worker's messages in order, off the caller's thread: the worker reads nothing
+    while it imports torch, and a job's arguments (often many MB) would block the send until then."""
+    while (message := outbox.get()) is not None:
+        try:
+            conn.send_bytes(message)
+        except OSError:
+            return  # the worker died: ``finish`` finds out and starts another
 
 
 class Worker:
@@ -107,6 +154,7 @@ class Worker:
         self.sent: list[int] = []  # candidates the live worker has, in the order it runs them
         self.runs: dict[int, tuple] = {}  # candidate -> (meta, grid), for a new worker after a crash
         self.lock = threading.Lock()  # compile threads submit concurrently
+        self.started_at = 0.0
         self.start()
 
     def start(self) -> None:
@@ -117,7 +165,11 @@ class Worker:
                                      env=env, stdin=subprocess.DEVNULL)
         theirs.close()
         self.conn = Connection(ours.detach())
+        self.outbox: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=_deliver, args=(self.conn, self.outbox), name="tdp-isolation-send", daemon=True).start()
+        self.started_at = time.monotonic()
         self.sent = []
+        self.preloaded: set[str] = set()  # modules it was asked to import ahead of any job
         self.awaiting = False  # a job was sent and its "ready" not read yet
 
     def reset(self) -> None:
@@ -127,9 +179,11 @@ class Worker:
             self.stop()
             self.start()
         self.job, self.unisolated, self.runs = None, None, {}
+        self.sent_at = self.ready_at = 0.0
 
     def stop(self) -> None:
         if self.proc is not None:
+            self.outbox.put(None)
             if self.proc.poll() is None:
                 self.proc.kill()
             self.proc.wait(5)
@@ -142,16 +196,17 @@ class Worker:
             module, name = where(fn)
             job = {"module": module, "name": name, "kind": kind, "args": [_copy(a) for a in args],
                    "kwargs": {k: _copy(v) for k, v in kwargs.items()}}
-            pickle.dumps(job)
+            message = pickle.dumps(("job", job))  # once: the arguments' data can be large
         except Unisolated as exc:
             self.unisolated = str(exc)
             return
         except Exception as exc:
             self.unisolated = f"its arguments cannot be copied to a worker ({type(exc).__name__})"
             return
-        self.job = job
+        self.job = message
         self.awaiting = True
-        self._send(("job", job))
+        self.sent_at = time.monotonic()
+        self._send(message)
 
     def submit(self, index: int, meta: dict, grid: Any) -> None:
         """Hand candidate ``index`` to the worker (from any thread), which runs it at once."""
@@ -167,13 +222,10 @@ class Worker:
                 return
             self.runs[index] = run
             self.sent.append(index)
-            self._send(("run", [(index, run)]))
+            self._send(pickle.dumps(("run", [(index, run)])))
 
-    def _send(self, message: tuple) -> None:
-        try:
-            _put(self.conn, message)
-        except OSError:
-            pass  # the worker died: ``finish`` finds out and starts another
+    def _send(self, message: bytes) -> None:
+        self.outbox.put(message)
 
     def finish(self, runs: dict[int, tuple]) -> dict[int, str]:
         """Run every candidate of ``runs`` (``{index: (meta, grid)}``) not yet submitted, wait for
@@ -185,7 +237,7 @@ class Worker:
             raise Unisolated(self.unisolated)
         limit = settings.value(TIMEOUT_ENV)
         failed: dict[int, str] = {}
-        ready = False
+        ready = not self.awaiting  # a search calls this once per step; "ready" comes once per worker
         while True:
             with self.lock:
                 pending = list(self.sent)
@@ -196,6 +248,7 @@ class Worker:
                 if reply is None or reply[0] != "ready":
                     raise Unisolated(reply[1] if reply and len(reply) > 1 else "the worker did not start")
                 ready, self.awaiting = True, False
+                self.ready_at = self.ready_at or time.monotonic()
             reply = self._receive(limit)
             # Died or hung on the first unanswered candidate: a new worker takes the rest.
             if reply is None or reply[0] == "gone":
@@ -223,6 +276,15 @@ class Worker:
                 self._replace()
                 ready = False
 
+    def timeline(self) -> str:
+        """When the worker started and became ready, relative to this tuning's job (for the report)."""
+        if not self.sent_at:
+            return "the worker was never sent this kernel"
+        ahead = self.sent_at - self.started_at
+        started = f"started {ahead:.2f}s before the job" if ahead >= 0 else f"started {-ahead:.2f}s after it"
+        ready = f"ready {self.ready_at - self.sent_at:.2f}s after the job" if self.ready_at else "never ready"
+        return f"worker {started}, {ready}"
+
     def _replace(self) -> None:
         """A new worker for the candidates the last one did not answer."""
         with self.lock:
@@ -231,9 +293,9 @@ class Worker:
             self.start()
             if rest:
                 self.awaiting = True
-                self._send(("job", self.job))
+                self._send(self.job)
                 self.sent = rest
-                self._send(("run", [(i, self.runs[i]) for i in rest]))
+                self._send(pickle.dumps(("run", [(i, self.runs[i]) for i in rest])))
 
     def _receive(self, limit: float) -> Optional[tuple]:
         """The worker's next reply; ``("gone",)`` when its end closed; None after ``limit`` seconds."""

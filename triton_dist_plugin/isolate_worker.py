@@ -1,6 +1,7 @@
 """The isolation worker's side (see ``isolate.py``): it runs in its own process, imports torch and
-Triton and creates its CUDA context at once, then runs each candidate it is sent and reports
-each. Messages are plain pickles over a socket, both ways (``put``/``get``)."""
+Triton at once (and the kernels' modules it is told of), creates its CUDA context with the first
+job, then runs each candidate it is sent and reports each. Messages are plain pickles over a
+socket, both ways (``put``/``get``)."""
 
 from __future__ import annotations
 
@@ -32,14 +33,13 @@ def get(conn: Connection) -> Any:
 
 
 def serve(fd: int) -> None:  # pragma: no cover - runs in the worker process
-    """The worker: import torch and Triton and make the CUDA context before the kernel arrives,
-    then rebuild the arguments, run each candidate as it comes, and report each."""
+    """The worker: import torch and Triton before any kernel arrives, then, for each job, rebuild
+    the arguments, run each candidate as it comes, and report each."""
     import importlib
 
     import torch
+    import triton  # noqa: F401  (the kernels' modules import it: ahead of them, off their path)
 
-    if torch.cuda.is_available():
-        torch.cuda.init()
     conn = Connection(fd)
     fn = args = kwargs = None
     while True:
@@ -47,9 +47,16 @@ def serve(fd: int) -> None:  # pragma: no cover - runs in the worker process
             message = get(conn)
         except (EOFError, OSError):
             return
-        if message[0] == "job":
+        if message[0] == "preload":  # a kernel of this module will be isolated: import it while idle
+            try:
+                importlib.import_module(message[1])
+            except BaseException:  # noqa: BLE001 - its job reports the same failure, with a reason
+                pass
+        elif message[0] == "job":
             job = message[1]
             try:
+                if torch.cuda.is_available():
+                    torch.cuda.init()
                 obj: Any = importlib.import_module(job["module"])
                 for part in job["name"].split("."):
                     obj = getattr(obj, part)

@@ -16,7 +16,20 @@ import threading
 import time
 from typing import Any
 
-from . import _compat, cache, distributed, engine, isolate, kernel_state, persist, report, settings, timing, untuned
+from . import (
+    _compat,
+    cache,
+    distributed,
+    engine,
+    isolate,
+    kernel_state,
+    persist,
+    report,
+    search,
+    settings,
+    timing,
+    untuned,
+)
 from .accuracy import accuracy_check_enabled, check_accuracy
 from .benchmarker import screen_for, user_do_bench
 from .candidates import agree, call_hooks, check_conflicts, compile_all, make_call_factory, select_configs, split_launch
@@ -139,14 +152,23 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
     def bench():
         nonlocal outcome
         worker, runs = _isolation(instance, state, args, kwargs, configs)  # runs candidates as they compile
-        failed = compile_all(instance, state, request, args, kwargs, configs, group,
-                             (lambda i: worker.submit(i, *runs[i])) if worker is not None else None)
-        unsafe = _isolated(worker, request, configs, runs, failed) if worker is not None else {}
-        # A candidate that failed to compile is still launched and timed, as upstream does: its
-        # hooks and the kernel's own do_bench see the failure (a post_hook gets the exception).
-        # One that crashed or hung the isolation worker is never run here.
-        wrong = check_accuracy(configs, make_call, named, {**failed, **unsafe}) if accuracy_check_enabled(
-            instance) else {}
+        position = {id(c): i for i, c in enumerate(configs)}
+        checking, memo = accuracy_check_enabled(instance), {}
+
+        def prepare(subset: list) -> dict:
+            """Compile ``subset`` (all the candidates, or a search's step), run it in the isolation
+            worker, check its results: ``{config: reason}`` for those never to be timed."""
+            ready = (lambda j: worker.submit(position[id(subset[j])], *runs[position[id(subset[j])]])) \
+                if worker is not None else None
+            failed = compile_all(instance, state, request, args, kwargs, subset, group, ready)
+            unsafe = _isolated(worker, request, configs, {position[id(c)]: runs[position[id(c)]] for c in subset},
+                               failed) if worker is not None else {}
+            # A candidate that failed to compile is still launched and timed, as upstream does: its
+            # hooks and the kernel's own do_bench see the failure (a post_hook gets the exception).
+            # One that crashed or hung the isolation worker is never run here.
+            wrong = check_accuracy(subset, make_call, named, {**failed, **unsafe}, memo) if checking else {}
+            return {**unsafe, **wrong}
+
         do_bench = user_do_bench(instance)
         bar, seen = report.progress_bar(len(configs), state.name, not distributed.rank(group)), set()
 
@@ -155,14 +177,16 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
                 seen.add(id(config))
                 bar.update(1)
 
+        request.prior, request.prior_key = warm_start(state, store, key, configs, group)
         try:
             outcome = engine.run_candidates(request, configs, make_call, method=method, do_bench=do_bench,
                                             group=group, screen=screen_for(instance, do_bench),
-                                            known_failures={**unsafe, **wrong}, upstream_errors=True,
-                                            on_candidate=advance if bar is not None else None)
+                                            upstream_errors=True, on_candidate=advance if bar is not None else None,
+                                            prepare=prepare)
         finally:
             if bar is not None:
                 bar.close()
+        state.rankings[key] = [cache.describe(c) for c in search.ranked(outcome.timings)]
         instance.bench_time = outcome.bench_time
         instance.configs_timings = {c: engine.raw(t) for c, t in outcome.timings.items()}
         instance.cache[key] = outcome.best
@@ -227,6 +251,25 @@ def _isolation(instance: Any, state: KernelState, args: tuple, kwargs: dict, con
     return worker, runs
 
 
+def warm_start(state: KernelState, store: Any, key: tuple, configs: list, group: Any) -> tuple:
+    """``(prior, prior_key)``: ``configs`` as the nearest tuned key ranked them (fastest first),
+    from this process's tunings and the picks on disk; ``(None, None)`` when no tuned key is
+    near (``untuned.nearest``: same non-numeric parts, closest shapes; and within
+    ``search.WARM_DISTANCE``: shapes at most 16 times apart in all), with
+    ``TRITON_DIST_AUTOTUNE_WARM_START=0``, or when the ranks of a group do not all hold the same."""
+    prior = near = None
+    if settings.value(search.WARM_ENV):
+        tuned = {**(store.rankings() if store is not None else {}), **state.rankings}
+        tuned.pop(key, None)
+        near = untuned.nearest(list(tuned), key)
+        if near is not None and untuned.distance(near, key) <= search.WARM_DISTANCE:
+            by_name = {cache.describe(c): c for c in configs}
+            prior = [by_name[d] for d in tuned[near] if d in by_name] or None
+    prior, near = distributed.same_everywhere(group, (prior, near), f"agreeing on a warm start for {state.name}") \
+        or (None, None)
+    return prior, (near if prior else None)
+
+
 def _isolated(worker: Any, request: TuningRequest, configs: list, runs: dict, failed: dict) -> dict:
     """Each candidate run once in the isolation worker: ``{config: reason}`` for those that crashed,
     hung or raised there (see ``isolate.py``)."""
@@ -238,7 +281,8 @@ def _isolated(worker: Any, request: TuningRequest, configs: list, runs: dict, fa
         request.notes.append(f"not isolated: {exc}")
         return {}
     request.notes.append(f"ran {len(todo)} candidates in the isolation worker, done "
-                         f"{time.perf_counter() - started:.2f}s after compiling; {len(unsafe)} failed there")
+                         f"{time.perf_counter() - started:.2f}s after compiling ({worker.timeline()}); "
+                         f"{len(unsafe)} failed there")
     return {configs[i]: reason for i, reason in unsafe.items()}
 
 
@@ -262,6 +306,7 @@ def autotune_wrapper(wrapped, instance, args, kwargs):
         tuner.tdp_hints = hints
         tuner.tdp_generate = not configs and _plain_run(tuner)
         tuner.tdp_check_accuracy = check
+        isolate.prestart(tuner.fn, tuner.tdp_generate)  # its slow start off the first call's path
         return tuner
 
     return decorate

@@ -17,7 +17,7 @@ import warnings
 
 import wrapt
 
-from . import _compat, benchmarker, bus, kernel_state, launch, subclass
+from . import _compat, benchmarker, bus, isolate, kernel_state, launch, subclass
 
 _lock = threading.Lock()
 _installed: list[tuple[type, str, object, object]] = []  # (owner, attribute, original, ours)
@@ -74,6 +74,7 @@ def activate() -> None:
                 _wrap_batch_bench_of(sub)
             bus.load_entry_points()
             kernel_state.active = True
+            isolate.prestart()  # with every kernel isolated, its worker starts alongside the program
         except BaseException:
             _restore()
             raise

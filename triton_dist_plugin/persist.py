@@ -85,13 +85,10 @@ class KernelStore:
         timings = {c: _timing(stored[d]) for c, d in zip(configs, described) if d in stored}
         return described.index(pick), timings, cache.where(entry, store)
 
-    def picks(self, configs: list) -> dict:
-        """``{key: config}`` for every stored key of this kernel on this machine whose pick is
-        still one of ``configs`` (for frozen mode's nearest key)."""
+    def _records(self):
+        """``(key, record)`` for every stored key of this kernel on this machine (this source)."""
         import ast
 
-        described = {cache.describe(c): c for c in configs}
-        found = {}
         for path in sorted(self.dir.glob("*.json")):
             record = filestore.read_json(path)
             if not record or record.get("source") != self.source or record.get("hardware") != self.hw:
@@ -100,8 +97,25 @@ class KernelStore:
                 key = ast.literal_eval(record.get("key", ""))
             except (ValueError, SyntaxError, MemoryError, RecursionError):
                 continue
-            if isinstance(key, tuple) and record.get("pick_config") in described:
-                found[key] = described[record["pick_config"]]
+            if isinstance(key, tuple):
+                yield key, record
+
+    def picks(self, configs: list) -> dict:
+        """``{key: config}`` for every stored key of this kernel on this machine whose pick is
+        still one of ``configs`` (for frozen mode's nearest key)."""
+        described = {cache.describe(c): c for c in configs}
+        return {key: described[record["pick_config"]] for key, record in self._records()
+                if record.get("pick_config") in described}
+
+    def rankings(self) -> dict:
+        """``{key: [description, ...]}``: each stored key's candidates, fastest first, the pick
+        leading (for warm starts)."""
+        found = {}
+        for key, record in self._records():
+            rows = [c for c in record.get("candidates", []) if isinstance(c, dict) and isinstance(c.get("ms"), float)]
+            order = [c.get("config") for c in sorted(rows, key=lambda c: c["ms"])]
+            pick = record.get("pick_config")
+            found[key] = [pick] + [d for d in order if d != pick] if isinstance(pick, str) else order
         return found
 
     def store(self, key: Any, best: Any, timings: dict, failures: dict, measured: list, method: str,

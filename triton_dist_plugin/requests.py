@@ -28,6 +28,10 @@ class TuningRequest:
     notes: list = field(default_factory=list)
     #: the ``torch.distributed`` group tuning together (None: this process alone)
     group: Any = None
+    #: a warm start: the candidates in the order the nearest tuned key ranked them (fastest
+    #: first), or None; ``prior_key`` is that key
+    prior: Optional[list] = None
+    prior_key: Any = None
 
 
 @dataclass

@@ -116,8 +116,22 @@ SETTINGS: tuple[Setting, ...] = (
             _choice("", *METHODS, aliases={"wallclock": "wall", "cuda_graph": "cudagraph"}),
             ", ".join(METHODS)),
     Setting("TRITON_DIST_AUTOTUNE_SEARCH", "choice", "`halving`",
-            "`exhaustive`: no screening, every candidate measured fully", _choice("halving", "halving", "exhaustive"),
-            "halving, exhaustive"),
+            "which candidates are compiled and screened (see search.md): `halving` screens a space whole up to "
+            "`TRITON_DIST_AUTOTUNE_SEARCH_WHOLE` candidates, else a sample and then the neighbours of the best, "
+            "and halves the survivors through longer rounds; `optuna`: optuna's TPE sampler proposes them "
+            "(`pip install optuna`); `exhaustive`: no screening, every candidate measured fully",
+            _choice("halving", "halving", "optuna", "exhaustive"), "halving, optuna, exhaustive"),
+    Setting("TRITON_DIST_AUTOTUNE_SEARCH_WHOLE", "count", "`128`",
+            "spaces of up to this many candidates are screened whole (compiled up front) when no tuned key "
+            "of the kernel is near; larger ones are searched, compiling on demand", _count,
+            "a whole number >= 0, such as 128"),
+    Setting("TRITON_DIST_AUTOTUNE_SEARCH_BUDGET", "count", "`0` (no cap)",
+            "the most candidates a search compiles and screens for one key (`halving` and `optuna`); `0`: "
+            "`halving` stops when no neighbour of its best candidates is left, `optuna` after three batches "
+            "without a 1% gain or 256 candidates", _count, "a whole number >= 0, such as 300"),
+    Setting("TRITON_DIST_AUTOTUNE_WARM_START", "0/1", "`1`",
+            "`1`: a new key of a tuned kernel screens the nearest tuned key's best candidates first and "
+            "stops when their neighbours bring nothing better; `0`: every key starts cold", _bit(True), "0 or 1"),
     Setting("TRITON_DIST_AUTOTUNE_CHECK_ACCURACY", "0/1", "`0`",
             "`1`: check every kernel's candidates that does not pass `check_accuracy`", _bit(False), "0 or 1"),
     Setting("TRITON_AUTOTUNE_PARALLEL_COMPILE", "0/1", "`1`",

@@ -25,7 +25,7 @@ import logging
 import sys
 from typing import Any, Callable, Optional
 
-from . import _compat, cache, distributed, engine, manifest, report, settings, untuned
+from . import _compat, cache, distributed, engine, manifest, report, search, settings, untuned
 from .requests import TuningRequest
 
 log = logging.getLogger("triton_dist_plugin.tune")
@@ -159,9 +159,13 @@ class AutoTuner:
                 bar.update(1)
 
         try:
+            # A large space is searched (``search.py``), the candidates compiling on their first call;
+            # a small one is measured whole, each candidate fully.
+            large = len(retained) > search.whole_limit() and settings.value(search.SEARCH_ENV) != "exhaustive"
             outcome = engine.run_candidates(request, retained, make_call, method=method,
                                             n_warmup=N_WARMUP, n_repeat=N_REPEAT, group=group,
-                                            on_candidate=on_candidate)
+                                            on_candidate=on_candidate, screen=engine.Screen() if large else None,
+                                            features=lambda index: dict(self.config_space[index]))
         finally:
             if bar is not None:
                 bar.close()

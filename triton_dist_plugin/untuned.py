@@ -144,18 +144,24 @@ def nearest(keys: list, key: tuple) -> Any:
     closest in the ratios of its numbers (shapes); None if no key is comparable."""
     best, best_distance = None, math.inf
     for other in keys:
-        if not isinstance(other, tuple) or len(other) != len(key):
-            continue
-        distance = 0.0
-        for a, b in zip(key, other):
-            if _number(a) and _number(b):
-                distance += abs(math.log((abs(a) + 1) / (abs(b) + 1)))
-            elif a != b:
-                distance = math.inf
-                break
-        if distance < best_distance:
-            best, best_distance = other, distance
+        d = distance(other, key)
+        if d < best_distance:
+            best, best_distance = other, d
     return best
+
+
+def distance(a: Any, b: Any) -> float:
+    """How unlike two keys are: the sum over their numbers of ``|ln((|x|+1) / (|y|+1))|``;
+    infinite when their lengths or non-numeric parts differ."""
+    if not isinstance(a, tuple) or not isinstance(b, tuple) or len(a) != len(b):
+        return math.inf
+    total = 0.0
+    for x, y in zip(a, b):
+        if _number(x) and _number(y):
+            total += abs(math.log((abs(x) + 1) / (abs(y) + 1)))
+        elif x != y:
+            return math.inf
+    return total
 
 
 def _number(value: Any) -> bool:

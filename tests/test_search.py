@@ -1,0 +1,225 @@
+"""Search: large spaces screened on demand, warm starts from the nearest tuned key, optuna's TPE
+sampler, function-level spaces, and every rank of a group on the same path.
+
+Real kernels run through the interpreter (every screened candidate is launched). The times are a
+bowl over the parameters, from a timing plugin, so that the best candidate is known and the
+search's path can be checked; the interpreter's own wall-clock times would not show a search
+finding it.
+"""
+
+import math
+
+import pytest
+import torch
+import triton
+from helpers import DEVICE
+from search_space import BEST, LARGE, LARGE_BEST, SPACE, copy
+from test_distributed import run_ranks
+
+from triton_dist_plugin import hookimpl, search
+from triton_dist_plugin.tune import autotune
+
+
+def bowl(features: dict, best: dict = BEST) -> float:
+    """1 ms at ``best``, growing with every doubling away from it."""
+    return 1.0 + sum(abs(math.log2(features[k]) - math.log2(v)) for k, v in best.items())
+
+
+class Bowl:
+    """Times each candidate by ``bowl`` after running it once for real; records what it timed."""
+
+    def __init__(self):
+        self.timed = []
+        self.features = search.features_of  # a function-level space's candidates are positions
+        self.best = BEST
+
+    @hookimpl(tryfirst=True)
+    def tdp_time_candidate(self, request):
+        request.call()
+        self.timed.append(request.config)
+        return bowl(self.features(request.config), self.best)
+
+    def screened(self) -> list:
+        return list(dict.fromkeys(str(c) for c in self.timed))
+
+
+@pytest.fixture
+def timed(plugins):
+    b = Bowl()
+    plugins(b)
+    return b
+
+
+@pytest.fixture
+def notes(plugins):
+    class Notes:
+        def __init__(self):
+            self.records = []
+
+        @hookimpl
+        def tdp_on_tuned(self, record):
+            self.records.append(record)
+
+    n = Notes()
+    plugins(n)
+    return n
+
+
+def launch(kernel, n=300):
+    x = torch.randn(n, device=DEVICE)
+    out = torch.zeros_like(x)
+    kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, out, n)
+    torch.testing.assert_close(out, x)
+
+
+def picked(kernel) -> dict:
+    return search.features_of(kernel.best_config)
+
+
+def test_the_space_moves_one_parameter_one_step_at_a_time():
+    space = search.Space(SPACE)
+    assert space.names[:3] == ["BLOCK", "UNROLL", "num_warps"]  # then compile options, the same everywhere
+    at = SPACE.index(next(c for c in SPACE if search.features_of(c) | BEST == search.features_of(c)))
+    around = {str(SPACE[i]) for i in space.neighbours(at)}
+    expected = {str(triton.Config({"BLOCK": b, "UNROLL": u}, num_warps=w))
+                for b, u, w in ((32, 4, 2), (128, 4, 2), (64, 2, 2), (64, 8, 2), (64, 4, 1), (64, 4, 4))}
+    assert around == expected
+    # A pruned space: the next value present is the neighbour, across the gap.
+    pruned = [c for c in SPACE if c.kwargs["BLOCK"] != 128]
+    space = search.Space(pruned)
+    at = next(i for i, c in enumerate(pruned) if search.features_of(c) | BEST == search.features_of(c))
+    assert {pruned[i].kwargs["BLOCK"] for i in space.neighbours(at)} >= {32, 256}
+
+
+def test_a_large_space_is_searched_not_screened_whole_and_finds_the_best(timed, notes):
+    timed.best = LARGE_BEST
+    kernel = triton.autotune(configs=LARGE, key=["n"])(copy)  # 480 > the default 128 screened whole
+    launch(kernel)
+    assert picked(kernel) == {**picked(kernel), **LARGE_BEST}
+    assert len(timed.screened()) < len(LARGE) // 2, len(timed.screened())
+    (record,) = notes.records
+    assert any(f"searched {len(timed.screened())} of 480 candidates" in n for n in record.notes), record.notes
+    assert len(record.timings) == len(timed.screened())  # the others were never compiled nor run
+
+
+def test_a_small_space_is_screened_whole(timed, monkeypatch):
+    monkeypatch.setenv(search.WHOLE_ENV, "200")
+    kernel = triton.autotune(configs=SPACE, key=["n"])(copy)
+    launch(kernel)
+    assert len(timed.screened()) == len(SPACE) and picked(kernel) == {**picked(kernel), **BEST}
+
+
+def test_a_new_key_starts_from_the_nearest_tuned_keys_ranking(timed, notes, monkeypatch):
+    kernel = triton.autotune(configs=SPACE, key=["n"])(copy)
+    launch(kernel, 300)  # screened whole: 120 candidates
+    assert len(timed.screened()) == len(SPACE)
+    timed.timed.clear()
+    launch(kernel, 1000)
+    warm = timed.screened()
+    assert picked(kernel) == {**picked(kernel), **BEST}
+    assert len(warm) <= 20, len(warm)
+    assert warm[0] == str(kernel.best_config)  # the nearest key's pick is screened first
+    assert any("starting from the nearest tuned key (300," in n for n in notes.records[-1].notes)
+    # From disk, in a tuner that has tuned nothing itself (a later process).
+    timed.timed.clear()
+    again = triton.autotune(configs=SPACE, key=["n"])(copy)
+    launch(again, 600)
+    assert len(timed.screened()) <= 20 and picked(again) == {**picked(again), **BEST}
+    assert any("starting from the nearest tuned key" in n for n in notes.records[-1].notes)
+    # Off: a new key starts cold.
+    monkeypatch.setenv(search.WARM_ENV, "0")
+    timed.timed.clear()
+    launch(kernel, 2000)
+    assert len(timed.screened()) == len(SPACE)
+
+
+def test_optuna_finds_the_best_in_a_large_space_the_same_way_every_time(timed, notes, monkeypatch):
+    pytest.importorskip("optuna")
+    monkeypatch.setenv(search.SEARCH_ENV, "optuna")
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_ALWAYS_TUNE", "1")
+    timed.best, paths = LARGE_BEST, []
+    for _ in range(2):
+        timed.timed.clear()
+        kernel = triton.autotune(configs=LARGE, key=["n"])(copy)
+        launch(kernel)
+        paths.append(timed.screened())
+        assert bowl(picked(kernel), LARGE_BEST) <= 2.0, picked(kernel)  # the best, or one step from it
+    assert paths[0] == paths[1]
+    assert any("optuna's TPE sampler searched" in n for n in notes.records[-1].notes)
+
+
+def test_a_search_budget_caps_what_is_compiled_and_screened(timed, monkeypatch):
+    monkeypatch.setenv(search.WHOLE_ENV, "16")
+    monkeypatch.setenv(search.BUDGET_ENV, "40")
+    kernel = triton.autotune(configs=SPACE, key=["n"])(copy)
+    launch(kernel)
+    assert len(timed.screened()) <= 40
+
+
+def test_a_search_plugin_replaces_the_builtin(plugins, timed):
+    seen = {}
+
+    class FirstTwo:
+        @hookimpl
+        def tdp_search(self, request, candidates, evaluate, space, screen):
+            seen["timings"] = evaluate(candidates[:2])
+            seen["space"] = space.names
+            return candidates[1:2]
+
+    plugins(FirstTwo())
+    kernel = triton.autotune(configs=SPACE, key=["n"])(copy)
+    launch(kernel)
+    assert str(kernel.best_config) == str(SPACE[1]) and len(seen["timings"]) == 2
+    assert timed.screened() == [str(SPACE[0]), str(SPACE[1])]
+    assert "BLOCK" in seen["space"]
+
+
+def test_a_search_plugin_that_returns_strangers_is_named(plugins):
+    class Stranger:
+        @hookimpl
+        def tdp_search(self, request, candidates, evaluate, space, screen):
+            return [triton.Config({"BLOCK": 1})]
+
+    plugins(Stranger(), name="stranger")
+    kernel = triton.autotune(configs=SPACE[:8], key=["n"])(copy)
+    with pytest.raises(Exception, match="stranger"):
+        launch(kernel)
+
+
+def test_a_large_function_level_space_is_searched(timed):
+    space = [search.features_of(c) for c in LARGE]  # 480 dicts of parameters
+    timed.features, timed.best = (lambda index: space[index]), LARGE_BEST
+
+    @autotune(config_space=space, key_fn=lambda x, n: n)
+    def run(x, n, BLOCK, UNROLL, num_warps, num_stages, **compile_options):
+        out = torch.zeros_like(x)
+        copy[(triton.cdiv(n, BLOCK),)](x, out, n, BLOCK=BLOCK, UNROLL=UNROLL, num_warps=num_warps)
+        return out
+
+    x = torch.randn(300, device=DEVICE)
+    torch.testing.assert_close(run(x, 300), x)
+    assert {k: run.best_configs[300][k] for k in LARGE_BEST} == LARGE_BEST
+    assert len(timed.screened()) < len(space) // 2
+
+
+def test_every_rank_of_a_group_follows_the_same_search(tmp_path):
+    ranks = run_ranks("search", 2, tmp_path, wall=300)
+    for strategy in ("halving", "optuna"):
+        assert ranks[0][strategy]["path"] == ranks[1][strategy]["path"]
+        assert ranks[0][strategy]["pick"] == ranks[1][strategy]["pick"]
+        assert len(ranks[0][strategy]["path"]) < 480
+    assert all(r["correct"] for r in ranks)
+
+
+def test_a_warm_start_comes_only_from_a_near_key_with_the_same_dtypes():
+    """Near: the same non-numeric parts, and numbers at most 16 times apart in all (``untuned.distance``)."""
+    from triton_dist_plugin import cache, launch
+
+    class State:
+        name = "copy"
+        rankings = {(300, "torch.float32"): [cache.describe(SPACE[3]), cache.describe(SPACE[0])]}
+
+    prior, near = launch.warm_start(State, None, (1000, "torch.float32"), SPACE, None)
+    assert near == (300, "torch.float32") and prior[:2] == [SPACE[3], SPACE[0]]
+    assert launch.warm_start(State, None, (300 * 17, "torch.float32"), SPACE, None) == (None, None)
+    assert launch.warm_start(State, None, (1000, "torch.float16"), SPACE, None) == (None, None)

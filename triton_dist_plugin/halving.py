@@ -1,0 +1,111 @@
+"""The built-in ``halving`` search (``TRITON_DIST_AUTOTUNE_SEARCH=halving``, the default), and the
+knobs every built-in search shares (see ``search.py`` for the hook and the strategies' contract).
+
+A space of at most ``TRITON_DIST_AUTOTUNE_SEARCH_WHOLE`` candidates with no tuned key nearby is
+screened whole, its candidates compiled up front in parallel. A larger one is never compiled
+whole: a seeded sample (96) is screened, then the neighbours of the best four (one parameter one
+step away), batch after batch, until the best four have all been expanded (or
+``TRITON_DIST_AUTOTUNE_SEARCH_BUDGET`` is spent). A candidate far from every leader is never
+compiled: that is how hopeless shapes are left out. At a local best it screens one more sample,
+and climbs on from it only if that found better. With a warm start (``request.prior``: the
+nearest tuned key's candidates, fastest first), whatever the space's size, the first step
+screens that ranking's best and the neighbours of its pick (one wave of compiles), and the
+search climbs on only while the best moves. The survivors are then halved through longer rounds
+by the engine, as for any space.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import zlib
+from typing import Any, Callable
+
+from . import settings
+from .space import Space
+
+SEARCH_ENV = "TRITON_DIST_AUTOTUNE_SEARCH"
+WHOLE_ENV = "TRITON_DIST_AUTOTUNE_SEARCH_WHOLE"
+BUDGET_ENV = "TRITON_DIST_AUTOTUNE_SEARCH_BUDGET"
+WARM_ENV = "TRITON_DIST_AUTOTUNE_WARM_START"
+WHOLE = 128
+BATCH = 32  # candidates readied per step: two waves of compiles on 16 cores; a constant, like every rank's path
+SAMPLE = 96  # a cold search over a large space starts from this many candidates
+LEADERS = 4  # ...and expands the neighbours of its best this many
+WARM_FIRST = 8  # a warm start screens this many of the prior's best first, and its pick's neighbours
+WARM_DISTANCE = math.log(16)  # a warm start only from a key whose numbers are within 16x of this one's, in all
+GAIN = 0.01  # optuna: a batch that improves the best by less than this counts as no gain
+
+
+def whole_limit() -> int:
+    value = settings.value(WHOLE_ENV)
+    return WHOLE if value is None else value
+
+
+def budget(n: int) -> int:
+    value = settings.value(BUDGET_ENV)
+    return n if not value else min(n, value)
+
+
+def seed(request: Any) -> int:
+    """The same on every rank and in every process (``hash`` of a string is neither)."""
+    return zlib.crc32(f"{request.kernel_name}|{request.key!r}".encode())
+
+
+def ranked(timings: dict) -> list:
+    """The candidates of ``timings`` with a finite time, fastest first (ties: the given order)."""
+    order = {id(c): i for i, c in enumerate(timings)}
+    return sorted((c for c, t in timings.items() if math.isfinite(t[0])), key=lambda c: (timings[c][0], order[id(c)]))
+
+
+def halving(request: Any, candidates: list, evaluate: Callable[[list], dict], space: Space, screen: Any) -> list:
+    """The built-in ``halving`` strategy (see the module's docstring)."""
+    given = {id(c) for c in candidates}
+    prior = [c for c in (getattr(request, "prior", None) or []) if id(c) in given]
+    if not prior and len(candidates) <= whole_limit():
+        return screen.survivors(evaluate(candidates))
+    position = {id(c): i for i, c in enumerate(candidates)}
+    cap, rng = budget(len(candidates)), random.Random(seed(request))
+    screened: dict = {}
+    expanded: set = set()
+
+    def step(subset: list) -> None:
+        subset = [c for c in dict.fromkeys(subset) if c not in screened][: max(0, cap - len(screened))]
+        if subset:
+            screened.update(evaluate(subset))
+
+    def around(leaders: list) -> list:
+        expanded.update(id(c) for c in leaders)
+        return [candidates[j] for c in leaders for j in space.neighbours(position[id(c)])]
+
+    def sample() -> list:
+        rest = [c for c in candidates if c not in screened]
+        return rng.sample(rest, min(SAMPLE, len(rest)))
+
+    # A warm start screens the nearest key's best and the neighbours of its pick in one step (one
+    # wave of compiles); a cold one a seeded sample, large enough to land near the good region.
+    step(prior[:WARM_FIRST] + around(prior[:1]) if prior else sample())
+    restarted = False
+    while len(screened) < cap:
+        order = ranked(screened)
+        if not order:  # nothing worked yet: another sample
+            if len(screened) == len(candidates):
+                break
+            step(sample())
+            continue
+        # Warm: climb from the best while it moves; cold: expand the best few until all are.
+        leaders = [c for c in order[: 1 if prior else LEADERS] if id(c) not in expanded]
+        frontier = [c for c in around(leaders) if c not in screened]
+        if frontier:
+            step(frontier[:BATCH])
+            continue
+        if prior or restarted or len(screened) == len(candidates):
+            break
+        restarted = True  # cold, at a local best: one more sample, climbing on if it finds better
+        best = screened[order[0]][0]
+        step(sample()[:BATCH])
+        if screened[ranked(screened)[0]][0] >= best:
+            break
+    request.notes.append(f"searched {len(screened)} of {len(candidates)} candidates"
+                         + (f", starting from the nearest tuned key {request.prior_key}" if prior else ""))
+    return screen.survivors(screened)
