@@ -12,6 +12,7 @@ import math
 import pytest
 import torch
 import triton
+import triton.language as tl
 from helpers import DEVICE
 from search_space import BEST, LARGE, LARGE_BEST, SPACE, copy
 from test_distributed import run_ranks
@@ -223,3 +224,47 @@ def test_a_warm_start_comes_only_from_a_near_key_with_the_same_dtypes():
     assert near == (300, "torch.float32") and prior[:2] == [SPACE[3], SPACE[0]]
     assert launch.warm_start(State, None, (300 * 17, "torch.float32"), SPACE, None) == (None, None)
     assert launch.warm_start(State, None, (1000, "torch.float16"), SPACE, None) == (None, None)
+
+
+@triton.jit
+def planted(x, out, n, BLOCK: tl.constexpr, UNROLL: tl.constexpr, FAULT: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    v = tl.load(x + offs, mask=offs < n)
+    if FAULT == 1:  # out of bounds, far beyond any allocation: kills the isolation worker
+        tl.store(out + offs + (1 << 44), v, mask=offs < n)
+    if FAULT == 2:  # runs fine and computes the wrong thing
+        v = v * 2
+    tl.store(out + offs, v, mask=offs < n)
+
+
+def _planted_space(fault: int) -> list:
+    """LARGE's parameters with FAULT 0, and one more candidate: the fastest one's twin with ``fault``."""
+    space = [triton.Config({**c.kwargs, "FAULT": 0}, num_warps=c.num_warps, num_stages=c.num_stages) for c in LARGE]
+    return space + [triton.Config({"BLOCK": 64, "UNROLL": 4, "FAULT": fault}, num_warps=2, num_stages=2)]
+
+
+def test_a_searched_space_is_isolated_and_checked_step_by_step(timed, notes, monkeypatch):
+    """Each step readies only its own candidates: the crashing twin of the best fails in the
+    isolation worker (which then serves the next steps), the wrong one fails the accuracy check
+    against the first step's reference; neither is ever timed here."""
+    from triton_dist_plugin import isolate
+
+    # The faulty twins time fastest of all (FAULT shifted by one: the bowl is in doublings).
+    timed.features = lambda c: {**search.features_of(c), "FAULT": c.kwargs["FAULT"] + 1}
+    timed.best = {**LARGE_BEST, "FAULT": 2}
+    monkeypatch.setenv(isolate.ENV, "1")
+    crashing = _planted_space(1)
+    kernel = triton.autotune(configs=crashing, key=["n"])(planted)
+    launch(kernel)
+    assert picked(kernel) == {**picked(kernel), **LARGE_BEST, "FAULT": 0}
+    record = notes.records[-1]
+    assert "crashed the isolation worker" in record.failures[crashing[-1]]
+    assert len([n for n in record.notes if n.startswith("ran ")]) >= 2, record.notes  # one per step
+    monkeypatch.setenv(isolate.ENV, "0")
+    timed.best = {**LARGE_BEST, "FAULT": 3}
+    wrong = _planted_space(2)
+    kernel = triton.autotune(configs=wrong, key=["n"], check_accuracy=True)(planted)
+    launch(kernel, 1000)  # a new key (300's pick is on disk), warm-started from 300
+    assert picked(kernel) == {**picked(kernel), **LARGE_BEST, "FAULT": 0}
+    assert "wrong result: argument 'out'" in notes.records[-1].failures[wrong[-1]]
+    assert str(wrong[-1]) not in timed.screened() and str(crashing[-1]) not in timed.screened()
