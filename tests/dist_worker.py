@@ -357,6 +357,14 @@ def scenario_search(rank, world, group):
             kernel[lambda m: (triton.cdiv(300, m["BLOCK"]),)](x, y, 300)
         correct = correct and bool(torch.equal(x, y))
         out[strategy] = {"path": list(dict.fromkeys(timer.timed)), "pick": str(kernel.best_config)}
+    timer.timed.clear()  # a second key: both ranks warm-start from the first, on one path
+    os.environ["TRITON_DIST_AUTOTUNE_SEARCH"] = "halving"
+    x = torch.randn(1000)
+    y = torch.zeros_like(x)
+    with tdp.tuning_group(group):
+        kernel[lambda m: (triton.cdiv(1000, m["BLOCK"]),)](x, y, 1000)
+    out["warm"] = {"path": list(dict.fromkeys(timer.timed)), "pick": str(kernel.best_config)}
+    correct = correct and bool(torch.equal(x, y))
     out["correct"] = correct
     return out
 

@@ -205,10 +205,11 @@ def test_a_large_function_level_space_is_searched(timed):
 
 def test_every_rank_of_a_group_follows_the_same_search(tmp_path):
     ranks = run_ranks("search", 2, tmp_path, wall=300)
-    for strategy in ("halving", "optuna"):
+    for strategy in ("halving", "optuna", "warm"):
         assert ranks[0][strategy]["path"] == ranks[1][strategy]["path"]
         assert ranks[0][strategy]["pick"] == ranks[1][strategy]["pick"]
         assert len(ranks[0][strategy]["path"]) < 480
+    assert len(ranks[0]["warm"]["path"]) <= 20  # warm-started on both ranks, not cold
     assert all(r["correct"] for r in ranks)
 
 

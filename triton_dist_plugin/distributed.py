@@ -202,13 +202,22 @@ def digest(obj: Any) -> int:
     return int.from_bytes(hashlib.sha256(repr(obj).encode()).digest()[:8], "big") >> 1
 
 
-def same_everywhere(group: Any, value: Any, what: str) -> Any:
-    """``value`` where every rank of ``group`` holds an equal one (by ``repr``), else None on
-    every rank (a collective: every rank calls it)."""
+def from_first(group: Any, value: Any, what: str) -> Any:
+    """The group's rank 0's ``value`` (anything ``json`` writes), on every rank (a collective)."""
     if group is None:
         return value
-    rows = all_gather_ints([digest(value)], group, what)
-    return value if len({row[0] for row in rows}) == 1 else None
+    import json
+
+    import torch
+    import torch.distributed as dist
+
+    data = json.dumps(value).encode() if rank(group) == 0 else b""
+    size = all_gather_ints([len(data)], group, what)[0][0]
+    buffer = torch.zeros(size, dtype=torch.uint8, device=_device_for(group))
+    if data:
+        buffer.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+    _wait(dist.broadcast(buffer, src=dist.get_global_rank(group, 0), group=group, async_op=True), what)
+    return json.loads(bytes(buffer.cpu().tolist()).decode())
 
 
 def agree(group: Any, name: str, key: Any, candidates: list, cached_pick: Optional[int]) -> Optional[int]:

@@ -255,8 +255,9 @@ def warm_start(state: KernelState, store: Any, key: tuple, configs: list, group:
     """``(prior, prior_key)``: ``configs`` as the nearest tuned key ranked them (fastest first),
     from this process's tunings and the picks on disk; ``(None, None)`` when no tuned key is
     near (``untuned.nearest``: same non-numeric parts, closest shapes; and within
-    ``search.WARM_DISTANCE``: shapes at most 16 times apart in all), with
-    ``TRITON_DIST_AUTOTUNE_WARM_START=0``, or when the ranks of a group do not all hold the same."""
+    ``search.WARM_DISTANCE``: shapes at most 16 times apart in all), or with
+    ``TRITON_DIST_AUTOTUNE_WARM_START=0``. Under a group every rank takes the group's rank 0's
+    (the rank that writes the picks to disk, so the one that holds them)."""
     prior = near = None
     if settings.value(search.WARM_ENV):
         tuned = {**(store.rankings() if store is not None else {}), **state.rankings}
@@ -265,8 +266,11 @@ def warm_start(state: KernelState, store: Any, key: tuple, configs: list, group:
         if near is not None and untuned.distance(near, key) <= search.WARM_DISTANCE:
             by_name = {cache.describe(c): c for c in configs}
             prior = [by_name[d] for d in tuned[near] if d in by_name] or None
-    prior, near = distributed.same_everywhere(group, (prior, near), f"agreeing on a warm start for {state.name}") \
-        or (None, None)
+    if group is not None:  # the ranks tune the same candidates (checked): rank 0's ranking, by position
+        position = {id(c): i for i, c in enumerate(configs)}
+        shared = distributed.from_first(group, [[position[id(c)] for c in prior or []], repr(near) if prior else None],
+                                        f"sharing a warm start for {state.name}")
+        prior, near = [configs[i] for i in shared[0]] or None, shared[1]
     return prior, (near if prior else None)
 
 
