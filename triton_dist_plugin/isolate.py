@@ -72,12 +72,19 @@ def where(fn: Any) -> tuple[str, str]:
     return module, name
 
 
-def _copy(value: Any) -> Any:
-    """What travels to the worker: a tensor as CPU data with its device, shape and strides."""
+def _copy(value: Any, buffers: list) -> Any:
+    """What travels to the worker: a tensor as its dtype, device, shape and strides, its data as
+    raw bytes appended to ``buffers`` (sent as they are: no pickled copy on either side)."""
     import torch
 
     if isinstance(value, torch.Tensor):
-        return ("tensor", value.detach().cpu(), str(value.device), tuple(value.shape), value.stride())
+        data = value.detach().cpu().contiguous().reshape(-1)
+        at = None
+        if data.numel():
+            at = len(buffers)
+            buffers.append(memoryview(data.view(torch.uint8).numpy()))
+        return ("tensor", at, str(value.dtype).removeprefix("torch."), str(value.device), tuple(value.shape),
+                value.stride())
     return ("value", value)
 
 
@@ -134,10 +141,12 @@ def prestart(fn: Any = None, generated: bool = False) -> None:
 
 def _deliver(conn: Connection, outbox: queue.SimpleQueue) -> None:
     """Write the worker's messages in order, off the caller's thread: the worker reads nothing
-    while it imports torch, and a job's arguments (often many MB) would block the send until then."""
+    while it imports torch, and a job's arguments (often many MB) would block the send until then.
+    A message is bytes, or a list of buffers sent back to back (a job and its tensors' data)."""
     while (message := outbox.get()) is not None:
         try:
-            conn.send_bytes(message)
+            for part in message if isinstance(message, list) else [message]:
+                conn.send_bytes(part)
         except OSError:
             return  # the worker died: ``finish`` finds out and starts another
 
@@ -194,9 +203,10 @@ class Worker:
         """Send the kernel and copies of the arguments now, so the worker loads them while we compile."""
         try:
             module, name = where(fn)
-            job = {"module": module, "name": name, "kind": kind, "args": [_copy(a) for a in args],
-                   "kwargs": {k: _copy(v) for k, v in kwargs.items()}}
-            message = pickle.dumps(("job", job))  # once: the arguments' data can be large
+            buffers: list = []
+            job = {"module": module, "name": name, "kind": kind, "args": [_copy(a, buffers) for a in args],
+                   "kwargs": {k: _copy(v, buffers) for k, v in kwargs.items()}}
+            message = [pickle.dumps(("job", job, [b.nbytes for b in buffers])), *buffers]
         except Unisolated as exc:
             self.unisolated = str(exc)
             return
@@ -224,7 +234,7 @@ class Worker:
             self.sent.append(index)
             self._send(pickle.dumps(("run", [(index, run)])))
 
-    def _send(self, message: bytes) -> None:
+    def _send(self, message: Any) -> None:
         self.outbox.put(message)
 
     def finish(self, runs: dict[int, tuple]) -> dict[int, str]:

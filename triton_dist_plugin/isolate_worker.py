@@ -11,13 +11,16 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 
-def restore(item: tuple) -> Any:
+def restore(item: tuple, buffers: list) -> Any:
+    """An argument as the worker runs it: a tensor rebuilt on its device from its raw bytes."""
     import torch
 
     if item[0] == "tensor":
-        _, data, device, shape, stride = item
-        out = torch.empty_strided(shape, stride, dtype=data.dtype, device=device)
-        out.copy_(data)
+        _, at, dtype, device, shape, stride = item
+        dtype = getattr(torch, dtype)
+        out = torch.empty_strided(shape, stride, dtype=dtype, device=device)
+        if at is not None:
+            out.copy_(torch.frombuffer(buffers[at], dtype=torch.uint8).view(dtype).reshape(shape))
         return out
     return item[1]
 
@@ -53,7 +56,14 @@ def serve(fd: int) -> None:  # pragma: no cover - runs in the worker process
             except BaseException:  # noqa: BLE001 - its job reports the same failure, with a reason
                 pass
         elif message[0] == "job":
-            job = message[1]
+            job, sizes = message[1], message[2]
+            try:
+                buffers = []
+                for size in sizes:  # the tensors' data, each straight into a buffer of its size
+                    buffers.append(bytearray(size))
+                    conn.recv_bytes_into(buffers[-1])
+            except (EOFError, OSError):
+                return
             try:
                 if torch.cuda.is_available():
                     torch.cuda.init()
@@ -67,8 +77,9 @@ def serve(fd: int) -> None:  # pragma: no cover - runs in the worker process
                 if obj is None or type(obj).__name__ != job["kind"]:
                     raise LookupError(f"{job['name']} does not lead to a {job['kind']}")
                 fn = obj
-                args = [restore(a) for a in job["args"]]
-                kwargs = {k: restore(v) for k, v in job["kwargs"].items()}
+                args = [restore(a, buffers) for a in job["args"]]
+                kwargs = {k: restore(v, buffers) for k, v in job["kwargs"].items()}
+                del buffers
                 put(conn, ("ready",))
             except Exception as exc:
                 put(conn, ("unisolated", f"the worker could not load {job['name']}: {type(exc).__name__}: {exc}"))
