@@ -190,23 +190,14 @@ def main() -> None:
         print(f"{name:20} {what[:90]:90} | {r.get('process')}")
         for config, reason in (r.get("failures") or {}).items():
             print(f"{'':22}failed {config[:50]}: {reason[:90]}")
-    off, on = results["cost_isolate_0"], results["cost_isolate_1"]
-    if all(off) and all(on):
-        print(f"isolation cost on the 48-config matmul's first call: {min(on) / min(off):.2f}x "
-              f"({min(off):.2f}s -> {min(on):.2f}s, best of {len(on)})")
-    off, on = results["cost_isolate_0_program"], results["cost_isolate_1_program"]
-    if all(off) and all(on):
-        print(f"isolation cost on the program (decoration to first result): {min(on) / min(off):.2f}x "
-              f"({min(off):.2f}s -> {min(on):.2f}s, best of {len(on)})")
-    off, on = results["cost_isolate_0_process"], results["cost_isolate_1_process"]
-    if all(off) and all(on):
-        print(f"isolation cost on the whole process (start to exit, both keys): {min(on) / min(off):.2f}x "
-              f"({min(off):.2f}s -> {min(on):.2f}s, best of {len(on)})")
-    off, on = results["cost_isolate_0_second_key"], results["cost_isolate_1_second_key"]
-    if all(off) and all(on):
-        print(f"isolation cost on a second key's first call in the same process: {min(on) / min(off):.2f}x "
-              f"({min(off):.2f}s -> {min(on):.2f}s, best of {len(on)})")
-
+    for suffix, what in (("", "the 48-config matmul's first call"),
+                         ("_program", "the program (decoration to first result)"),
+                         ("_process", "the whole process (start to exit, both keys)"),
+                         ("_second_key", "a second key's first call in the same process")):
+        off, on = results[f"cost_isolate_0{suffix}"], results[f"cost_isolate_1{suffix}"]
+        if all(off) and all(on):
+            print(f"isolation cost on {what}: {min(on) / min(off):.2f}x "
+                  f"({min(off):.2f}s -> {min(on):.2f}s, best of {len(on)})")
 
 if __name__ == "__main__":
     main()

@@ -13,7 +13,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import DEVICE
+from helpers import DEVICE, Recorder
 from search_space import BEST, LARGE, LARGE_BEST, SPACE, copy
 from test_distributed import run_ranks
 
@@ -53,17 +53,9 @@ def timed(plugins):
 
 @pytest.fixture
 def notes(plugins):
-    class Notes:
-        def __init__(self):
-            self.records = []
-
-        @hookimpl
-        def tdp_on_tuned(self, record):
-            self.records.append(record)
-
-    n = Notes()
-    plugins(n)
-    return n
+    rec = Recorder()
+    plugins(rec)
+    return rec
 
 
 def launch(kernel, n=300):

@@ -255,7 +255,8 @@ def run_candidates(
         screened: dict = {}
 
         def evaluate(subset: list) -> dict:
-            subset = [c for c in dict.fromkeys(subset) if id(c) not in {id(s) for s in screened}]
+            done = {id(s) for s in screened}
+            subset = [c for c in dict.fromkeys(subset) if id(c) not in done]
             ready_up(subset)
             first, failed = _round(request, subset, calls, method, None, screen.n_warmup, screen.n_repeat, group,
                                    on_candidate)

@@ -42,7 +42,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any, Optional
 
-from . import _compat, settings
+from . import _compat, settings, untuned
 from .isolate_worker import get as _get
 
 ENV = "TRITON_DIST_AUTOTUNE_ISOLATE"
@@ -125,8 +125,8 @@ def prestart(fn: Any = None, generated: bool = False) -> None:
     try:
         import multiprocessing
 
-        if (settings.value(ENV) is not True if fn is None else not enabled(generated)) or \
-                settings.value("TRITON_DIST_AUTOTUNE_FROZEN") or multiprocessing.parent_process() is not None:
+        wanted = settings.value(ENV) is True if fn is None else enabled(generated)
+        if not wanted or untuned.frozen() or multiprocessing.parent_process() is not None:
             return
         module = where(fn)[0] if fn is not None else None
         with _shared_lock:
@@ -158,12 +158,11 @@ class Worker:
     def __init__(self) -> None:
         self.proc: Any = None
         self.conn: Any = None
-        self.job: Optional[dict] = None
+        self.job: Optional[list] = None  # the job's messages, for a new worker after a crash
         self.unisolated: Optional[str] = None
         self.sent: list[int] = []  # candidates the live worker has, in the order it runs them
         self.runs: dict[int, tuple] = {}  # candidate -> (meta, grid), for a new worker after a crash
         self.lock = threading.Lock()  # compile threads submit concurrently
-        self.started_at = 0.0
         self.start()
 
     def start(self) -> None:

@@ -158,9 +158,12 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
         def prepare(subset: list) -> dict:
             """Compile ``subset`` (all the candidates, or a search's step), run it in the isolation
             worker, check its results: ``{config: reason}`` for those never to be timed."""
-            ready = (lambda j: worker.submit(position[id(subset[j])], *runs[position[id(subset[j])]])) \
-                if worker is not None else None
-            failed = compile_all(instance, state, request, args, kwargs, subset, group, ready)
+            def ready(j: int) -> None:  # subset[j] compiled: the worker runs it now
+                i = position[id(subset[j])]
+                worker.submit(i, *runs[i])
+
+            failed = compile_all(instance, state, request, args, kwargs, subset, group,
+                                 ready if worker is not None else None)
             unsafe = _isolated(worker, request, configs, {position[id(c)]: runs[position[id(c)]] for c in subset},
                                failed) if worker is not None else {}
             # A candidate that failed to compile is still launched and timed, as upstream does: its

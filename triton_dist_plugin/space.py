@@ -54,24 +54,23 @@ class Space:
                 seen.setdefault(repr(value), value)
             self.values[name] = sorted(seen.values(), key=_order)
         index = {name: {repr(v): i for i, v in enumerate(vals)} for name, vals in self.values.items()}
-        self.candidates = list(candidates)
         self.coords = [tuple(index[n][repr(row.get(n))] for n in self.names) for row in rows]
         self._lines: Optional[dict] = None
 
     def neighbours(self, position: int) -> list[int]:
         """Positions of the candidates one step from ``position``'s: the same in every parameter
         but one, and in that one the next value present below or above."""
-        if self._lines is None:
+        if self._lines is None:  # per parameter, the candidates alike in all others, in its order
             lines: dict = {}
             for i, coord in enumerate(self.coords):
                 for d in range(len(self.names)):
                     lines.setdefault((d, coord[:d] + coord[d + 1:]), []).append(i)
-            for members in lines.values():
-                members.sort(key=lambda i, d=None: self.coords[i])
+            for (d, _), members in lines.items():
+                members.sort(key=lambda i, d=d: self.coords[i][d])
             self._lines = lines
         coord, found = self.coords[position], []
         for d in range(len(self.names)):
-            line = sorted(self._lines[(d, coord[:d] + coord[d + 1:])], key=lambda i, d=d: self.coords[i][d])
+            line = self._lines[(d, coord[:d] + coord[d + 1:])]
             at = line.index(position)
             found += [line[j] for j in (at - 1, at + 1) if 0 <= j < len(line)]
         return found
