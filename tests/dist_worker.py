@@ -324,6 +324,36 @@ def scenario_leader(rank, world, group):
     return out
 
 
+def scenario_stream(rank, world, group):
+    """Candidates screened as they compile under a group: none is left uncompiled (ranks would
+    differ in which), and every rank screens them all and picks the same."""
+    import tempfile
+    from pathlib import Path
+
+    from search_space import BEST, SPACE, copy, forked_prepare
+    from test_search import Bowl
+
+    from triton_dist_plugin import engine, search
+
+    tdp.register(Bowl())
+    marks = Path(tempfile.mkdtemp())
+    x = torch.randn(300)
+    y = torch.zeros_like(x)
+
+    def make_call(config):
+        return lambda: copy[(triton.cdiv(300, config.kwargs["BLOCK"]),)](x, y, 300, **config.kwargs,
+                                                                        num_warps=config.num_warps)
+
+    request = tdp.TuningRequest("copy", (300,), "cpu")
+    outcome = engine.run_candidates(request, SPACE, make_call, method="wall", screen=engine.Screen(), group=group,
+                                    prepare=forked_prepare(marks))
+    note = next(n for n in request.notes if n.startswith("screened"))
+    left = int(note.split("; ")[1].split()[0]) if "left uncompiled" in note else 0
+    features = {k: v for k, v in search.features_of(outcome.best).items() if k in BEST}
+    return {"pick": str(outcome.best), "pick_features": features, "compiled": len(list(marks.iterdir())),
+            "screened": len(outcome.timings), "left": left, "correct": bool(torch.equal(x, y)) and features == BEST}
+
+
 def scenario_search(rank, world, group):
     """A large space searched under a group (halving, then optuna): the ranks' own times differ
     (a rank-dependent skew on the bowl), the reduced ones do not, so every rank screens the same

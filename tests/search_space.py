@@ -17,3 +17,32 @@ BEST = {"BLOCK": 64, "UNROLL": 4, "num_warps": 2}
 # x 4 stage counts = 480 candidates, larger than a search's first sample; LARGE_BEST the fastest
 LARGE = [triton.Config(c.kwargs, num_warps=c.num_warps, num_stages=s) for c in SPACE for s in (1, 2, 3, 4)]
 LARGE_BEST = {**BEST, "num_stages": 2}
+
+
+def forked_prepare(marks):
+    """A ``prepare`` for ``engine.run_candidates`` that compiles nothing real but goes through the
+    real forked stage: workers "compile" each candidate of a step (write a mark named for it in
+    ``marks``, then sleep), largest first, and the parent hands each to the stream as it arrives."""
+    import time
+
+    from triton_dist_plugin import forked_compile
+    from triton_dist_plugin.stream import SKIPPED
+
+    def warm(BLOCK, UNROLL, num_warps):
+        (marks / name(BLOCK, UNROLL, num_warps)).touch()
+        time.sleep(0.05)  # slower than screening one, as a real compile is
+
+    def prepare(subset, stream):
+        if stream is None:  # the finalists: ready since their step
+            return {}
+        done = forked_compile.in_processes(
+            warm, (), {}, [{**c.kwargs, "num_warps": c.num_warps} for c in subset], list(range(len(subset))), None,
+            on_compiled=lambda j: stream.ready(subset[j]), wanted=lambda j: stream.wanted(subset[j]))
+        assert done is not None, "the forked stage did not finish"
+        return {subset[j]: reason for j, reason in done.items() if reason == SKIPPED}
+
+    return prepare
+
+
+def name(block, unroll, warps) -> str:
+    return f"{block}-{unroll}-{warps}"

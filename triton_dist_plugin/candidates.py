@@ -121,22 +121,24 @@ def make_call_factory(instance: Any, state: KernelState, args: tuple, kwargs: di
 
 
 def precompile(instance: Any, state: KernelState, args: tuple, kwargs: dict, configs: list, group: Any = None,
-               on_ready: Optional[Callable[[int], None]] = None) -> dict:
+               on_ready: Optional[Callable[[int], None]] = None,
+               wanted: Optional[Callable[[int], bool]] = None) -> dict:
     """Compile every candidate up front (``precompile.py``); ``{config: reason}`` for failures.
     ``on_ready(i)`` runs as soon as ``configs[i]`` has compiled."""
     return _precompile.precompile(instance.fn, args, kwargs, configs, state.launch_kwargs, state.arg_names, group,
-                                  on_ready)
+                                  on_ready, wanted)
 
 
 def compile_all(instance: Any, state: KernelState, request: TuningRequest, args: tuple, kwargs: dict,
-                 configs: list, group: Any = None, on_ready: Optional[Callable[[int], None]] = None) -> dict:
+                 configs: list, group: Any = None, on_ready: Optional[Callable[[int], None]] = None,
+                 wanted: Optional[Callable[[int], bool]] = None) -> dict:
     """Compile every candidate up front on a device (``precompile.py``; under ``group``, ranks
     sharing a compile cache split the work), with a note in the report; ``{config: reason}``
-    for failures."""
+    for failures (``stream.SKIPPED`` for those ``wanted`` turned down before they started)."""
     if request.device == "cpu":
         return {}
     started = time.perf_counter()
-    failed = precompile(instance, state, args, kwargs, configs, group, on_ready)
+    failed = precompile(instance, state, args, kwargs, configs, group, on_ready, wanted)
     request.notes.append(f"compiled {len(configs)} candidates in {time.perf_counter() - started:.2f}s"
                          f" ({_precompile.summary()})")
     return failed

@@ -14,9 +14,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
-from . import _compat, bus
+from . import _compat, bus, distributed
 from .requests import INF3, CandidateRequest, TuningRecord, TuningRequest
 from .space import Space
+from .stream import SKIPPED, Stream
 
 
 class NoValidConfig(RuntimeError):
@@ -155,26 +156,35 @@ def _ranked(timings: dict) -> list:
     return sorted((t[0], i, c) for i, (c, t) in enumerate(timings.items()) if math.isfinite(t[0]))
 
 
-def _round(request, configs, calls, method, do_bench, n_warmup, n_repeat, group, on_candidate) -> tuple[dict, dict]:
+def _round(request, configs, calls, method, do_bench, n_warmup, n_repeat, group, on_candidate,
+           timed: Optional[dict] = None) -> tuple[dict, dict]:
     """Time ``configs`` once each and reduce over ``group``. A config without a call (a known
     failure) is not run but still takes part in the reduction as infinity, so every rank
-    reduces the same list whatever failed where."""
+    reduces the same list whatever failed where. Those in ``timed`` were timed already (as they
+    compiled: ``stream.py``) and take part as they are."""
     timings, failures = {}, {}
     for config in configs:
-        if config not in calls:
-            timings[config] = list(INF3)
+        if timed and config in timed:
+            timings[config] = timed[config]
             continue
-        cand = CandidateRequest(
-            call=calls[config], config=config, kernel_name=request.kernel_name, key=request.key, device=request.device,
-            method=method, n_warmup=n_warmup, n_repeat=n_repeat, tuning=request,
-        )
-        timings[config], reason = time_one(cand, do_bench)
+        timings[config], reason = _time(request, config, calls, method, do_bench, n_warmup, n_repeat, on_candidate)
         if reason is not None:
             failures[config] = reason
-        if on_candidate is not None:
-            on_candidate(config, timings[config], reason)
     reduced = bus.first_result("tdp_reduce_timings", same_keys(timings), request=request, timings=timings, group=group)
     return (reduced if reduced is not None else timings), failures
+
+
+def _time(request, config, calls, method, do_bench, n_warmup, n_repeat, on_candidate) -> tuple[list, Optional[str]]:
+    if config not in calls:
+        return list(INF3), None
+    cand = CandidateRequest(
+        call=calls[config], config=config, kernel_name=request.kernel_name, key=request.key, device=request.device,
+        method=method, n_warmup=n_warmup, n_repeat=n_repeat, tuning=request,
+    )
+    timing, reason = time_one(cand, do_bench)
+    if on_candidate is not None:
+        on_candidate(config, timing, reason)
+    return timing, reason
 
 
 def _finalists(candidates: list) -> Callable[[Any], list]:
@@ -214,60 +224,97 @@ def run_candidates(
     short screening round, in what order, and which of them go on: the survivors get a longer
     round, and only the best of those the full measurement, by ``do_bench`` where given (the
     pick is always among those measured fully). Without it, every candidate is measured fully.
-    ``prepare(subset)`` readies candidates just before their first run (compiles them, runs
-    them in the isolation worker, checks their results) and returns ``{config: reason}`` for
-    those that failed; the search calls it only for the candidates it screens, so a large space
-    is never compiled whole. ``features(config)`` gives a candidate's parameters, the
-    coordinates a search moves along. ``known_failures`` are candidates already known not to
-    work: never timed. With ``upstream_errors`` (the ``Autotuner`` front ends), a tuning in
-    which no candidate works raises the first failure upstream would have let through, if any
-    (see ``let_through``), rather than ``NoValidConfig``.
+    ``prepare(subset, stream)`` readies candidates just before their first run (compiles them,
+    runs them in the isolation worker, checks their results) and returns ``{config: reason}``
+    for those that failed (``stream.SKIPPED`` for those it left uncompiled); the search calls it
+    only for the candidates it screens, so a large space is never compiled whole. It may hand
+    each candidate to ``stream`` (``stream.py``, or None) as it compiles, to be screened at once.
+    ``features(config)`` gives a candidate's parameters, the coordinates a search moves along.
+    ``known_failures`` are candidates already known not to work: never timed. With
+    ``upstream_errors`` (the ``Autotuner`` front ends), a tuning in which no candidate works
+    raises the first failure upstream would have let through, if any (see ``let_through``),
+    rather than ``NoValidConfig``.
     """
     start = time.perf_counter()
     request.group = group
+    alone = group is None or distributed.world_size(group) < 2
     configs = list(configs)
     failures: dict = dict(known_failures or {})
     timings: dict = {c: list(INF3) for c in configs if c in failures}
     calls: dict = {}
     ready: set = set()
 
-    def ready_up(subset: list) -> None:
-        """Prepare and set up the calls of those of ``subset`` not yet ready."""
+    def set_up(config: Any) -> None:
+        if config in calls or config in failures:
+            return
+        try:
+            calls[config] = make_call(config)
+        except bus.PluginError:
+            raise
+        except Exception as exc:  # a candidate that cannot even be set up is a failed candidate
+            timings[config], failures[config] = list(INF3), describe(exc)
+
+    def ready_up(subset: list, stream: Optional[Stream] = None) -> list:
+        """Prepare and set up the calls of those of ``subset`` not yet ready; returns those the
+        stream left uncompiled (ready to be asked for again)."""
         todo = [c for c in subset if id(c) not in ready]
         ready.update(id(c) for c in todo)
-        if prepare is not None and todo:
-            failures.update(prepare(todo))
+        found = prepare(todo, stream) if prepare is not None and todo else {}
+        skipped = [c for c in todo if found.get(c) == SKIPPED]
+        for config in skipped:
+            del found[config]
+            ready.discard(id(config))
+        failures.update(found)
+        left = {id(c) for c in skipped}
         for config in todo:
             if config in failures:
                 timings[config] = list(INF3)
-                continue
-            try:
-                calls[config] = make_call(config)
-            except bus.PluginError:
-                raise
-            except Exception as exc:  # a candidate that cannot even be set up is a failed candidate
-                timings[config], failures[config] = list(INF3), describe(exc)
+            elif id(config) not in left:
+                set_up(config)
+        return skipped
 
     # Every decision below depends only on what every rank shares (the candidates and the reduced
     # timings), never on what failed where, so the ranks of a group always take the same path.
     finalists = configs
     if screen is not None and len(configs) >= screen.min_candidates:
         screened: dict = {}
+        space = Space(configs, features)
+        early, hopeless = [0], [0]
+
+        def time_early(config: Any) -> list:  # a candidate just compiled, screened by the stream
+            set_up(config)
+            timing, reason = _time(request, config, calls, method, None, screen.n_warmup, screen.n_repeat,
+                                   on_candidate)
+            if reason is not None:
+                failures[config] = reason
+            return timing
 
         def evaluate(subset: list) -> dict:
             done = {id(s) for s in screened}
             subset = [c for c in dict.fromkeys(subset) if id(c) not in done]
-            ready_up(subset)
+            stream = Stream(subset, configs, space, screened, time_early, skip=alone)
+            left = ready_up(subset, stream)
+            # Judged again once the whole step is in: one skipped on early evidence that now has a
+            # promising neighbour is compiled after all.
+            while again := [c for c in left if stream.wanted(c)]:
+                chosen = {id(c) for c in again}
+                left = [c for c in left if id(c) not in chosen] + ready_up(again, stream)
+            skipped = {id(c) for c in left}
+            subset = [c for c in subset if id(c) not in skipped]
             first, failed = _round(request, subset, calls, method, None, screen.n_warmup, screen.n_repeat, group,
-                                   on_candidate)
+                                   on_candidate, stream.timings)
+            early[0] += len(stream.timings)
+            hopeless[0] += len(skipped)
             screened.update(first)
             timings.update(first)
             failures.update(failed)
             return first
 
         finalists = bus.first_result("tdp_search", _finalists(configs), request=request, candidates=configs,
-                                     evaluate=evaluate, space=Space(configs, features), screen=screen)
+                                     evaluate=evaluate, space=space, screen=screen)
         note = f"screened {len(screened)} of {len(configs)} candidates in {time.perf_counter() - start:.2f}s"
+        if early[0] or hopeless[0]:
+            note += f" ({early[0]} as they compiled; {hopeless[0]} left uncompiled as hopeless)"
         if len(finalists) > screen.final_count:
             started = time.perf_counter()
             second, failed = _round(request, finalists, calls, method, None, screen.n_warmup, screen.second_repeat,

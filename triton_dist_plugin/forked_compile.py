@@ -17,7 +17,8 @@ import warnings
 from collections import defaultdict
 from typing import Any, Callable, Optional
 
-from . import _compat, engine, settings
+from . import _compat, engine, settings, untuned
+from .stream import SKIPPED
 
 COMPILE_PROCESSES_ENV = "TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES"  # forked workers (default: CPUs; 0: off)
 PROCESS_TIMEOUT_ENV = "TRITON_DIST_AUTOTUNE_COMPILE_TIMEOUT"  # seconds for stage 1 (default 300)
@@ -25,6 +26,7 @@ PROCESS_TIMEOUT_ENV = "TRITON_DIST_AUTOTUNE_COMPILE_TIMEOUT"  # seconds for stag
 #: The work forked workers read (set just before the fork, so it needs no pickling).
 _job: Optional[tuple] = None
 _fork_lock = threading.Lock()
+_hashing: Optional[threading.Thread] = None  # ``prestart``'s thread
 
 
 def workers(env: str, share: int = 1) -> int:
@@ -62,11 +64,33 @@ def _prime(jit: Any, backend: Any) -> None:
     """Compute once here what every compile's cache key needs and Triton memoises per process (the
     hash of Triton's own sources, the backend's tool versions, the kernel's source hash), so that
     forked workers inherit it instead of each computing it again."""
+    if _hashing is not None:
+        _hashing.join()  # computing it twice at once would only be slower
     for step in (lambda: jit.cache_key, backend.hash, _triton_key):
         try:
             step()
         except Exception:
             pass
+
+
+def prestart() -> None:
+    """Hash Triton's sources (and its compiled library, hundreds of MB) in a thread of this
+    process as soon as a kernel is decorated: every compile's cache key needs that hash, Triton
+    memoises it per process, and a first tuning would otherwise wait 0.3-0.7 s for it. Needs no
+    GPU; not under the interpreter or in frozen mode (nothing compiles there), nor in a
+    ``multiprocessing`` child; once per process."""
+    global _hashing
+    if _hashing is not None or _compat.interpret() or untuned.frozen() or multiprocessing.parent_process():
+        return
+    _hashing = threading.Thread(target=_quietly, args=(_triton_key,), name="tdp-triton-key", daemon=True)
+    _hashing.start()
+
+
+def _quietly(step: Callable) -> None:
+    try:
+        step()
+    except Exception:
+        pass  # the tuning computes it again and meets the same trouble there
 
 
 def _triton_key() -> Any:
@@ -91,28 +115,33 @@ def processes_usable() -> bool:
 def in_processes(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict], todo: list[int],
                  device: Any, on_compiled: Optional[Callable[[int], None]] = None,
                  inputs: Optional[dict] = None, share: int = 1,
-                 notes: Optional[dict] = None) -> Optional[dict[int, str]]:
+                 notes: Optional[dict] = None,
+                 wanted: Optional[Callable[[int], bool]] = None) -> Optional[dict[int, str]]:
     """Stage 1: compile ``todo`` in forked workers; ``{i: reason}`` of failures, or None if the
     stage itself could not finish (the caller then compiles the rest in threads).
 
     ``on_compiled(i)`` runs here, in the parent, as soon as a worker has compiled candidate ``i``.
     ``inputs`` maps a candidate to its own ``(args, meta)`` (see ``precompile.hooked_inputs``);
-    ``notes`` receives where the stage's time went.
+    ``notes`` receives where the stage's time went. After each arrival the parent asks
+    ``wanted(j)`` of every candidate not yet arrived; a worker skips one turned down if it has not
+    started it yet (a compile under way always finishes), and it comes back as ``stream.SKIPPED``.
     """
     inputs = inputs or {}
     if not _fork_lock.acquire(blocking=False):  # another thread is in stage 1: use threads
         return None
     try:
         return _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, inputs, share,
-                             {} if notes is None else notes)
+                             {} if notes is None else notes, wanted)
     finally:
         _fork_lock.release()
 
 
-def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, inputs, share, notes):
+def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, inputs, share, notes, wanted):
     global _job
     deadline = time.perf_counter() + settings.value(PROCESS_TIMEOUT_ENV)
-    _job = (warm, args, meta, launch_kwargs, device, inputs)
+    context = multiprocessing.get_context("fork")
+    skip = context.RawArray("b", len(launch_kwargs))  # shared with the workers: 1 = leave it out
+    _job = (warm, args, meta, launch_kwargs, device, inputs, skip)
     pool = None
     started = time.perf_counter()
     results: dict = {}
@@ -120,7 +149,7 @@ def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, in
         count = min(len(todo), workers(COMPILE_PROCESSES_ENV, share))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # "fork() in a multi-threaded process"
-            pool = multiprocessing.get_context("fork").Pool(count)
+            pool = context.Pool(count)
         forked = time.perf_counter() - started
         # Largest candidates first: they compile longest, and the small ones then fill the gaps.
         order = sorted(todo, key=lambda i: -size(launch_kwargs[i]))
@@ -130,6 +159,10 @@ def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, in
             results[i] = (reason, begin, end)
             if reason is None and on_compiled is not None:
                 on_compiled(i)
+            if wanted is not None:
+                for j in order:
+                    if j not in results and not skip[j] and not wanted(j):
+                        skip[j] = 1
     except Exception as exc:
         notes["stage 1 ended"] = engine.describe(exc)
         return None
@@ -161,7 +194,9 @@ def _compile_in_worker(i: int) -> tuple[int, Optional[str], float, float]:
     Only ``warmup`` runs here, which needs the current device and stream but never launches; both
     are answered from the parent's values, since CUDA cannot be used again after a fork.
     """
-    warm, args, meta, launch_kwargs, device, inputs = _job  # type: ignore[misc]
+    warm, args, meta, launch_kwargs, device, inputs, skip = _job  # type: ignore[misc]
+    if skip[i]:
+        return i, SKIPPED, time.perf_counter(), time.perf_counter()
     try:
         from triton.runtime.driver import driver
 

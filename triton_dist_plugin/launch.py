@@ -21,6 +21,7 @@ from . import (
     cache,
     distributed,
     engine,
+    forked_compile,
     isolate,
     kernel_state,
     persist,
@@ -35,6 +36,7 @@ from .benchmarker import screen_for, user_do_bench
 from .candidates import agree, call_hooks, check_conflicts, compile_all, make_call_factory, select_configs, split_launch
 from .kernel_state import KernelState, state_of
 from .requests import TuningRequest
+from .stream import SKIPPED
 
 _TUNE_LOCK = threading.RLock()
 
@@ -155,22 +157,31 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
         position = {id(c): i for i, c in enumerate(configs)}
         checking, memo = accuracy_check_enabled(instance), {}
 
-        def prepare(subset: list) -> dict:
+        def prepare(subset: list, stream: Any = None) -> dict:
             """Compile ``subset`` (all the candidates, or a search's step), run it in the isolation
-            worker, check its results: ``{config: reason}`` for those never to be timed."""
-            def ready(j: int) -> None:  # subset[j] compiled: the worker runs it now
+            worker, check its results: ``{config: reason}`` for those never to be timed. Without
+            isolation or accuracy checks, ``stream`` screens each as it compiles, and may leave
+            hopeless ones uncompiled (``stream.py``); with them, nothing runs here before both."""
+            streaming = stream is not None and worker is None and not checking
+
+            def ready(j: int) -> None:  # subset[j] compiled: the worker runs it now, or it is screened
+                if worker is None:
+                    stream.ready(subset[j])
+                    return
                 i = position[id(subset[j])]
                 worker.submit(i, *runs[i])
 
             failed = compile_all(instance, state, request, args, kwargs, subset, group,
-                                 ready if worker is not None else None)
+                                 ready if worker is not None or streaming else None,
+                                 (lambda j: stream.wanted(subset[j])) if streaming else None)
+            skipped = {c: r for c, r in failed.items() if r == SKIPPED}
             unsafe = _isolated(worker, request, configs, {position[id(c)]: runs[position[id(c)]] for c in subset},
                                failed) if worker is not None else {}
             # A candidate that failed to compile is still launched and timed, as upstream does: its
             # hooks and the kernel's own do_bench see the failure (a post_hook gets the exception).
             # One that crashed or hung the isolation worker is never run here.
             wrong = check_accuracy(subset, make_call, named, {**failed, **unsafe}, memo) if checking else {}
-            return {**unsafe, **wrong}
+            return {**skipped, **unsafe, **wrong}
 
         do_bench = user_do_bench(instance)
         bar, seen = report.progress_bar(len(configs), state.name, not distributed.rank(group)), set()
@@ -314,6 +325,7 @@ def autotune_wrapper(wrapped, instance, args, kwargs):
         tuner.tdp_generate = not configs and _plain_run(tuner)
         tuner.tdp_check_accuracy = check
         isolate.prestart(tuner.fn, tuner.tdp_generate)  # its slow start off the first call's path
+        forked_compile.prestart()  # likewise the hash every compile's cache key needs
         return tuner
 
     return decorate

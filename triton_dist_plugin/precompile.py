@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional
 
 from . import _compat, distributed, forked_compile, settings
 from .forked_compile import size, warm_one, workers
+from .stream import SKIPPED
 
 PARALLEL_COMPILE_ENV = "TRITON_AUTOTUNE_PARALLEL_COMPILE"
 COMPILE_WORKERS_ENV = "TRITON_DIST_AUTOTUNE_COMPILE_WORKERS"  # threads (default: CPUs)
@@ -37,7 +38,8 @@ last: dict = {}
 
 def warm_all(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict], device: Any = None,
              inputs: Optional[dict] = None, group: Any = None, cache_id: Optional[str] = None,
-             on_ready: Optional[Callable[[int], None]] = None) -> dict[int, str]:
+             on_ready: Optional[Callable[[int], None]] = None,
+             wanted: Optional[Callable[[int], bool]] = None) -> dict[int, str]:
     """Compile candidate ``i`` as ``warm(*args, **meta, **launch_kwargs[i])`` for every ``i``.
 
     ``device`` is the parent's current device for stage 1 (``None`` skips it). ``inputs`` gives
@@ -46,7 +48,8 @@ def warm_all(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict],
     host) split the candidates, each compiles its share, and then loads the others' from that
     cache; a candidate that failed on any rank is failed on every rank. Returns ``{i: reason}``
     for the candidates that failed. ``on_ready(i)`` runs (in any thread) as soon as candidate
-    ``i`` is compiled and loaded here.
+    ``i`` is compiled and loaded here. Without a group, forked workers ask ``wanted(i)`` before
+    they start candidate ``i``; those turned down are left out, as ``stream.SKIPPED``.
     """
     inputs = inputs or {}
     count = len(launch_kwargs)
@@ -55,8 +58,8 @@ def warm_all(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict],
     if count < 2:
         return {}
     if group is None or distributed.world_size(group) < 2:
-        return _compile(warm, args, meta, launch_kwargs, list(range(count)), device, inputs, on_ready=on_ready) \
-            if on else {}
+        return _compile(warm, args, meta, launch_kwargs, list(range(count)), device, inputs, on_ready=on_ready,
+                        wanted=wanted) if on else {}
     # Every rank of the group takes part in both exchanges, whatever its own settings, so that none
     # waits in vain; a rank that compiles nothing up front shares its cache with no one.
     position, peers = distributed.host_peers(group, cache_id if on else None)
@@ -94,7 +97,8 @@ def _compile_one(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[di
 
 
 def _compile(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict], todo: list[int], device: Any,
-             inputs: dict, share: int = 1, on_ready: Optional[Callable[[int], None]] = None) -> dict[int, str]:
+             inputs: dict, share: int = 1, on_ready: Optional[Callable[[int], None]] = None,
+             wanted: Optional[Callable[[int], bool]] = None) -> dict[int, str]:
     """Compile the candidates ``todo`` (stage 1, then stage 2); ``{i: reason}`` for failures."""
 
     def compile_one(i: int, load: bool = False) -> Optional[str]:
@@ -126,9 +130,13 @@ def _compile(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict],
         # A worker's failure is not the candidate's verdict (the worker may lack something the
         # parent has); the thread stage below compiles it again and records its own reason.
         done = forked_compile.in_processes(warm, args, meta, launch_kwargs, rest, device, on_compiled=load,
-                                           inputs=inputs, share=share, notes=last)
+                                           inputs=inputs, share=share, notes=last, wanted=wanted)
         last["processes"] = (len(rest) - len(done) if done is not None else 0, time.perf_counter() - started)
-        rest = [i for i in rest if i not in loaded]
+        skipped = {i: r for i, r in (done or {}).items() if r == SKIPPED}
+        if skipped:
+            failed.update(skipped)
+            last["left uncompiled"] = f"{len(skipped)} hopeless"
+        rest = [i for i in rest if i not in loaded and i not in skipped]
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, min(len(rest), workers(COMPILE_WORKERS_ENV, share)))) as pool:
         for i, reason in zip(rest, pool.map(compile_one, rest)):
@@ -157,7 +165,8 @@ def current_device() -> Any:
 
 def precompile(fn: Any, args: tuple, kwargs: dict, configs: list, launch_kwargs: Callable[[Any], dict],
                arg_names: Optional[list] = None, group: Any = None,
-               on_ready: Optional[Callable[[int], None]] = None) -> dict:
+               on_ready: Optional[Callable[[int], None]] = None,
+               wanted: Optional[Callable[[int], bool]] = None) -> dict:
     """Compile ``configs`` of ``fn`` for a launch with ``args`` and ``kwargs``; ``{config: reason}``
     for those that failed. Under ``group``, ranks sharing a compile cache split the work."""
     warm = getattr(fn, "warmup", None)
@@ -168,7 +177,7 @@ def precompile(fn: Any, args: tuple, kwargs: dict, configs: list, launch_kwargs:
     inputs = hooked_inputs(configs, args, meta, kwargs_of, arg_names or [])
     device = current_device()
     cache_id = forked_compile.shared_cache_dir() if device is not None else None
-    failed = warm_all(warm, args, meta, kwargs_of, device, inputs, group, cache_id, on_ready)
+    failed = warm_all(warm, args, meta, kwargs_of, device, inputs, group, cache_id, on_ready, wanted)
     return {configs[i]: reason for i, reason in failed.items()}
 
 

@@ -1,0 +1,76 @@
+"""Where the first call of the 48-config matmul spends its wall time (GPU, empty caches): the
+start and end of the plugin's main steps, relative to the call's start.
+
+    python benchmarks/profile_timeline.py [matmul shape M N K]
+"""
+
+import functools
+import os
+import sys
+import tempfile
+import time
+
+os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
+os.environ["TRITON_DIST_AUTOTUNE_DIR"] = tempfile.mkdtemp()  # picks persist: start from none
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+sys.path.insert(0, ".")
+import triton_dist_plugin  # noqa: E402,F401
+from kernels import KERNELS  # noqa: E402
+from triton_dist_plugin import engine, forked_compile, launch, persist, precompile, timing  # noqa: E402
+
+STEPS = [(launch, "tune"), (launch, "select_configs"), (launch, "warm_start"), (launch, "agree"),
+         (launch, "compile_all"), (launch, "split_launch"), (launch.settings, "validate"),
+         (launch._compat, "active_device"),
+         (precompile, "warm_all"), (forked_compile, "caches_ready"), (forked_compile, "_in_processes"),
+         (engine, "_round"), (engine, "run_candidates"), (launch, "_persist"), (persist.KernelStore, "read"),
+         (timing, "resolve_method"), (engine, "record")]
+events: list = []
+origin = [0.0]
+
+
+def wrap(owner, name):
+    fn = getattr(owner, name, None)
+    if fn is None:
+        return
+
+    @functools.wraps(fn)
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            events.append((name, start - origin[0], time.perf_counter() - origin[0]))
+
+    setattr(owner, name, timed)
+
+
+for owner, name in STEPS:
+    wrap(owner, name)
+mm = KERNELS["matmul"]
+notes: list = []
+
+
+class Notes:
+    @triton_dist_plugin.hookimpl
+    def tdp_on_tuned(self, record):
+        notes.extend(record.notes)
+
+
+triton_dist_plugin.register(Notes())
+shape = tuple(int(v) for v in sys.argv[1:4]) or (4096, 4096, 4096)
+torch.manual_seed(0)
+a = torch.randn(shape[0], shape[2], device="cuda", dtype=torch.float16)
+b = torch.randn(shape[2], shape[1], device="cuda", dtype=torch.float16)
+tuned = triton.autotune(configs=mm.configs("cuda"), key=mm.key)(mm.jit)
+torch.cuda.synchronize()
+origin[0] = time.perf_counter()
+mm.launch(tuned, a, b)
+torch.cuda.synchronize()
+total = time.perf_counter() - origin[0]
+for name, start, end in sorted(events, key=lambda e: e[1]):
+    print(f"{name:16} {start:7.3f} -> {end:7.3f}  ({end - start:.3f}s)")
+for note in notes:
+    print("note:", note)
+print(f"first call {total:.3f}s, pick {tuned.best_config}")

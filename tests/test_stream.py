@@ -1,0 +1,83 @@
+"""Screening each candidate as it compiles, and hopeless candidates left uncompiled.
+
+The candidates go through the real forked compile stage (``forked_compile.in_processes``), with a
+host function standing in for Triton's compiler (the interpreter compiles nothing), and each is a
+real interpreted kernel launch when timed. The times are the search tests' bowl, so which
+candidates are hopeless is known.
+"""
+
+import pytest
+import torch
+import triton
+from search_space import BEST, SPACE, copy, forked_prepare, name
+from test_distributed import run_ranks
+from test_search import Bowl, bowl
+
+import triton_dist_plugin as tdp
+from triton_dist_plugin import engine, search, stream
+
+
+@pytest.fixture
+def timed(plugins):
+    b = Bowl()
+    plugins(b)
+    return b
+
+
+def make_call_for(n=300):
+    x = torch.randn(n)
+    y = torch.zeros_like(x)
+
+    def make_call(config):
+        return lambda: copy[(triton.cdiv(n, config.kwargs["BLOCK"]),)](x, y, n, **config.kwargs,
+                                                                      num_warps=config.num_warps)
+    return make_call, x, y
+
+
+def test_candidates_are_screened_as_they_compile_and_hopeless_ones_never_compile(timed, tmp_path):
+    make_call, x, y = make_call_for()
+    request = tdp.TuningRequest("copy", (300,), "cpu")
+    outcome = engine.run_candidates(request, SPACE, make_call, method="wall", screen=engine.Screen(),
+                                    prepare=forked_prepare(tmp_path))
+    torch.testing.assert_close(y, x)
+    assert search.features_of(outcome.best).items() >= BEST.items()
+    marked = {p.name for p in tmp_path.iterdir()}
+    compiled = [c for c in SPACE if name(c.kwargs["BLOCK"], c.kwargs["UNROLL"], c.num_warps) in marked]
+    left = [c for c in SPACE if c not in compiled]
+    # Every candidate compiled was screened (as it arrived), and only those: none left was timed.
+    assert set(map(str, compiled)) == set(timed.screened()) == {str(c) for c in outcome.timings}
+    assert left and len(left) + len(compiled) == len(SPACE)
+    note = next(n for n in request.notes if n.startswith("screened"))
+    assert f"({len(compiled)} as they compiled; {len(left)} left uncompiled as hopeless)" in note
+    # Each one left out had at least two screened neighbours, every one of them far slower than the best.
+    space, best = search.Space(SPACE), min(bowl(search.features_of(c)) for c in compiled)
+    for config in left:
+        around = [SPACE[j] for j in space.neighbours(SPACE.index(config))]
+        near = [bowl(search.features_of(c)) for c in around if c in compiled]
+        assert len(near) >= 2 and min(near) >= stream.HOPELESS * best
+
+
+def test_nothing_is_skipped_before_half_the_step_has_arrived_nor_under_a_group():
+    space = search.Space(SPACE)
+    times = {c: [bowl(search.features_of(c))] * 3 for c in SPACE}
+    at = next(c for c in SPACE if (c.kwargs["BLOCK"], c.kwargs["UNROLL"], c.num_warps) == (512, 16, 8))
+    best = next(c for c in SPACE if search.features_of(c).items() >= BEST.items())
+    neighbours = [SPACE[j] for j in space.neighbours(SPACE.index(at))]
+    order = neighbours + [best] + [c for c in SPACE if c not in neighbours and c is not best and c is not at]
+    s = stream.Stream(SPACE, SPACE, space, {}, lambda c: times[c], skip=True)
+    for config in order[: len(SPACE) // 2 - 1]:
+        s.ready(config)
+    assert s.wanted(at)  # its neighbours are far slower, but too little has arrived yet
+    s.ready(order[len(SPACE) // 2 - 1])
+    assert not s.wanted(at)
+    alone = stream.Stream(SPACE, SPACE, space, {}, lambda c: times[c], skip=False)  # a group's rank
+    for config in order:
+        alone.ready(config)
+    assert alone.wanted(at)
+
+
+def test_under_a_group_every_rank_compiles_and_screens_every_candidate(tmp_path):
+    ranks = run_ranks("stream", 2, tmp_path, wall=240)
+    assert ranks[0]["pick"] == ranks[1]["pick"] and ranks[0]["pick_features"] == BEST
+    for r in ranks:
+        assert r["compiled"] == r["screened"] == len(SPACE) and r["left"] == 0
