@@ -1,23 +1,21 @@
 """Search on a GPU: the first call against upstream, a 1,152-config space, and warm starts.
 
-    python benchmarks/bench_search_gpu.py [quick]
+    python benchmarks/bench_search_gpu.py [first] [warm] [large] [optuna]   (default: all four)
 
-Every step is a fresh process with empty Triton and plugin caches unless it says otherwise.
+Every step is a fresh process with empty Triton and plugin caches unless it says otherwise;
+results go to ``results/search_h200.json`` (each step saved as soon as it ends), and a table is
+printed last, against the ground truth of ``search_truth_gpu.py`` where it has run.
 
-1. ``first``: the first call of the 48-config fp16 matmul at 4096^3, the plugin (default search)
-   and upstream, alternating.
-2. ``truth``: the exhaustive ground truth of the large space (block sizes 32-256, ``BLOCK_K``
-   32-128, ``GROUP_M`` 1/8, 2-8 warps, 2-5 stages: 1,152 configs) at 4096^3: every config
-   compiled and screened (device events, 5 runs each), the best 25 again by
-   ``triton.testing.do_bench`` (rep 200 ms).
-   Kept in ``results/search_truth_h200.json`` and reused when present.
-3. ``large``: the first call over that space with ``halving`` and with ``optuna``: seconds, how
-   many candidates were compiled and screened, and the pick's time (rep 200 ms) against the
-   truth's best.
-4. ``warm``: a second shape (8192 x 2048 x 4096) of the 48-config matmul, cold (empty caches)
-   and warm (the plugin cache of a process that tuned 4096^3; Triton's cache still empty, so
-   every compile it skips is one it saves), with each pick's time against the 48 configs' best
-   at that shape (rep 200 ms, measured in the cold process).
+- ``first``: the first call of the 48-config fp16 matmul at 4096^3: plugin (default search),
+  upstream, plugin again; each pick's time by ``do_bench(rep=200)``.
+- ``warm``: a second shape (8192 x 2048 x 4096) of the 48-config matmul, cold (empty caches)
+  and warm (the plugin cache of a process that tuned 4096^3; Triton's cache empty, then also
+  that process's Triton cache), with each pick's time against the 48 configs' best at that
+  shape (rep 200 ms, measured in the cold process).
+- ``large``: the first call over the large space (block sizes 32-256, ``BLOCK_K`` 32-128,
+  ``GROUP_M`` 1/8, 2-8 warps, 2-5 stages: 1,152 configs) with ``halving``: seconds, how many
+  candidates were compiled and screened, and the pick's time (rep 200 ms).
+- ``optuna``: the same with ``TRITON_DIST_AUTOTUNE_SEARCH=optuna``.
 """
 
 from __future__ import annotations
@@ -34,7 +32,8 @@ import time
 
 from _common import ROOT, save_results
 
-TRUTH = ROOT / "benchmarks" / "results" / "search_truth_h200.json"
+TRUTH = ROOT / "benchmarks" / "results" / "search_truth_h200.json"  # search_truth_gpu.py
+RESULTS = ROOT / "benchmarks" / "results" / "search_h200.json"
 SHAPE, SECOND = (4096, 4096, 4096), (8192, 2048, 4096)
 
 
@@ -98,32 +97,11 @@ def counts(notes: list) -> dict:
 def child_first() -> dict:
     from kernels import KERNELS
 
-    notes: list = []
-    seconds, tuned, _, _ = tuned_call(KERNELS["matmul"].configs("cuda"), SHAPE, notes)
-    return {"first_call_s": seconds, "pick": str(tuned.best_config), **counts(notes)}
-
-
-def child_truth() -> dict:
-    from kernels import KERNELS
-
     mm = KERNELS["matmul"]
-    space = large_space()
-    seconds, tuned, a, b = tuned_call(space, SHAPE, [])  # compiles every config (screened whole)
-    # The quick pass: every config's screening time from that tuning (device events, 5 runs);
-    # failed ones (out of resources) are None and never launched here.
-    quick = {}
-    for config, timing in tuned.configs_timings.items():
-        value = timing[0] if isinstance(timing, (list, tuple)) else timing
-        quick[str(config)] = value if value < float("inf") else None
-    by_name = {str(c): c for c in space}
-    valid = sorted((t, n) for n, t in quick.items() if t is not None)
-    final = {n: careful(mm, by_name[n], a, b) for _, n in valid[:25]}
-    best = min(final, key=final.get)
-    small = {str(c) for c in mm.configs("cuda")}
-    in_48 = {n: t for n, t in final.items() if n in small}
-    small_best = min(in_48, key=in_48.get) if in_48 else None
-    return {"shape": SHAPE, "configs": len(space), "valid": len(valid), "quick_ms": quick, "final_ms": final,
-            "best": best, "best_ms": final[best], "best_of_48": small_best, "tuning_s": seconds}
+    notes: list = []
+    seconds, tuned, a, b = tuned_call(mm.configs("cuda"), SHAPE, notes)
+    return {"first_call_s": seconds, "pick": str(tuned.best_config), "pick_ms": careful(mm, tuned.best_config, a, b),
+            "notes": notes, **counts(notes)}
 
 
 def child_large() -> dict:
@@ -190,65 +168,66 @@ def main() -> None:
             import triton_dist_plugin  # noqa: F401
         print(json.dumps(globals()[f"child_{sys.argv[2]}"](), default=str))
         return
-    results: dict = {}
-    quick = sys.argv[1:] == ["quick"]  # the warm starts and the large space with halving only
-    saved = "search_quick_h200.json" if quick else "search_h200.json"
+    parts = sys.argv[1:] or ["first", "warm", "large", "optuna"]
+    saved = RESULTS
+    results: dict = json.loads(saved.read_text()) if saved.exists() else {}
 
     def step(name: str, *args, **kwargs) -> dict:
         """One child; printed and saved at once, so a run cut short keeps what it measured."""
         results[name] = run_child(*args, **kwargs)
-        print(name, json.dumps({k: v for k, v in results[name].items() if k not in ("quick_ms", "final_ms")})[:600],
-              flush=True)
-        save_results(saved, results)
+        print(name, json.dumps(results[name])[:600], flush=True)
+        save_results(saved.name, results)
         return results[name]
 
-    if not quick:
+    if "first" in parts:  # plugin, upstream, plugin: each side in a fresh process, alternating
         step("first_plugin", "first")
         step("first_upstream", "first", plugin=False)
-    step("warm_cold", "warm", {} if quick else {"TDP_ALL": "1"})
-    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tuned_dir, \
-            tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as triton_dir:
-        # Plugin cache from a process that tuned the first shape; Triton's cache empty, then kept.
-        step("warm_first_shape", "tune_first_shape", plugin_dir=tuned_dir, triton_dir=triton_dir)
-        kept = tempfile.mkdtemp()
-        shutil.copytree(tuned_dir, kept, dirs_exist_ok=True)
-        step("warm_warm", "warm", plugin_dir=tuned_dir)
-        step("warm_warm_triton_cache", "warm", plugin_dir=kept, triton_dir=triton_dir)
-    step("large_halving", "large")
-    if quick:
-        return
-    step("large_optuna", "large", {"TRITON_DIST_AUTOTUNE_SEARCH": "optuna"})
-    if TRUTH.exists():
-        truth = json.loads(TRUTH.read_text())
-    else:
-        truth = step("truth", "truth", {"TRITON_DIST_AUTOTUNE_SEARCH_WHOLE": "100000"})
-        save_results(TRUTH.name, truth)
-    results["first_plugin"], results["first_upstream"] = [results["first_plugin"]], [results["first_upstream"]]
-    plugin = [r["first_call_s"] for r in results["first_plugin"] if "first_call_s" in r]
-    upstream = [r["first_call_s"] for r in results["first_upstream"] if "first_call_s" in r]
+        step("first_plugin_again", "first")
+    if "warm" in parts:
+        step("warm_cold", "warm", {"TDP_ALL": "1"})
+        with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tuned_dir, \
+                tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as triton_dir:
+            # Plugin cache from a process that tuned the first shape; Triton's cache empty, then kept.
+            step("warm_first_shape", "tune_first_shape", plugin_dir=tuned_dir, triton_dir=triton_dir)
+            kept = tempfile.mkdtemp()
+            shutil.copytree(tuned_dir, kept, dirs_exist_ok=True)
+            step("warm_warm", "warm", plugin_dir=tuned_dir)
+            step("warm_warm_triton_cache", "warm", plugin_dir=kept, triton_dir=triton_dir)
+    if "large" in parts:
+        step("large_halving", "large")
+    if "optuna" in parts:
+        step("large_optuna", "large", {"TRITON_DIST_AUTOTUNE_SEARCH": "optuna"})
+    table(results)
+
+
+def table(results: dict) -> None:
+    truth = json.loads(TRUTH.read_text()) if TRUTH.exists() else {}
     rows = []
-    if plugin and upstream:
-        rows.append(("48-config first call", f"plugin {min(plugin):.2f}s (of {plugin}), upstream {upstream[0]:.2f}s: "
-                     f"{upstream[0] / min(plugin):.1f}x; picks {[r.get('pick') for r in results['first_plugin']]} "
-                     f"vs upstream {results['first_upstream'][0].get('pick')}; best of the 48 at this shape: "
-                     f"{truth.get('best_of_48')}"))
+    plugin = [results[k] for k in ("first_plugin", "first_plugin_again") if "first_call_s" in results.get(k, {})]
+    upstream = results.get("first_upstream", {})
+    if plugin and "first_call_s" in upstream:
+        fastest = min(r["first_call_s"] for r in plugin)
+        rows.append(("48-config first call", f"plugin {[round(r['first_call_s'], 2) for r in plugin]} s, upstream "
+                     f"{upstream['first_call_s']:.2f} s: {upstream['first_call_s'] / fastest:.1f}x (best plugin run); "
+                     f"picks {[r.get('pick_ms') for r in plugin]} ms vs upstream's {upstream.get('pick_ms')} ms; "
+                     f"best of the 48: {truth.get('best_of_48_ms')} ms"))
     for name in ("large_halving", "large_optuna"):
-        r = results[name]
-        if "pick_ms" in r:
+        r = results.get(name, {})
+        if "pick_ms" in r and truth:
             rows.append((name, f"{r['first_call_s']:.1f}s, compiled {r['compiled']}, screened {r['screened']} of "
                          f"{truth.get('configs')}; pick {r['pick_ms']:.4f} ms vs truth {truth['best_ms']:.4f} ms "
                          f"({r['pick_ms'] / truth['best_ms'] - 1:+.1%})"))
-        else:
-            rows.append((name, str(r)))
-    cold, warm = results["warm_cold"], results["warm_warm"]
+        elif r:
+            rows.append((name, str(r)[:300]))
+    cold, warm = results.get("warm_cold", {}), results.get("warm_warm", {})
     if "first_call_s" in cold and "first_call_s" in warm:
-        best_cold = cold["first_call_s"]
-        rows.append(("warm start", f"cold {best_cold:.2f}s (compiled {cold['compiled']}), warm "
+        rows.append(("warm start", f"cold {cold['first_call_s']:.2f}s (compiled {cold['compiled']}), warm "
                      f"{warm['first_call_s']:.2f}s (compiled {warm['compiled']}, screened {warm['screened']}): "
-                     f"{best_cold / warm['first_call_s']:.1f}x; picks {cold['pick_ms']:.4f} / {warm['pick_ms']:.4f} ms "
-                     f"vs best of 48 {cold.get('best_of_48_ms', float('nan')):.4f} ms"))
-    print(f"truth: {truth.get('valid')} of {truth.get('configs')} configs run; best {truth.get('best')} "
-          f"{truth.get('best_ms', float('nan')):.4f} ms")
+                     f"{cold['first_call_s'] / warm['first_call_s']:.1f}x; picks {cold['pick_ms']:.4f} / "
+                     f"{warm['pick_ms']:.4f} ms vs best of 48 {cold.get('best_of_48_ms', float('nan')):.4f} ms"))
+    if truth:
+        print(f"truth: {truth.get('valid')} of {truth.get('configs')} configs run; best {truth.get('best')} "
+              f"{truth.get('best_ms', float('nan')):.4f} ms")
     for name, text in rows:
         print(f"{name:22} {text}")
 

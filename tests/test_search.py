@@ -17,7 +17,8 @@ from helpers import DEVICE, Recorder
 from search_space import BEST, LARGE, LARGE_BEST, SPACE, copy
 from test_distributed import run_ranks
 
-from triton_dist_plugin import hookimpl, search
+import triton_dist_plugin as tdp
+from triton_dist_plugin import engine, hookimpl, search
 from triton_dist_plugin.tune import autotune
 
 
@@ -261,3 +262,28 @@ def test_a_searched_space_is_isolated_and_checked_step_by_step(timed, notes, mon
     assert picked(kernel) == {**picked(kernel), **LARGE_BEST, "FAULT": 0}
     assert "wrong result: argument 'out'" in notes.records[-1].failures[wrong[-1]]
     assert str(wrong[-1]) not in timed.screened() and str(crashing[-1]) not in timed.screened()
+
+
+def test_a_search_steps_across_candidates_that_failed_to_reach_the_best_beyond_them():
+    """Like ``BLOCK_K`` against stages under a shared-memory limit: past ``a + b = 12`` every
+    candidate fails, and the times fall along that edge towards (8, 4). From (6, 6) each single
+    step is either a failure or slower; only a step across a failure leads on."""
+    space = [triton.Config({"a": a, "b": b, "c": c}) for a in range(1, 9) for b in range(1, 9) for c in range(1, 5)]
+
+    def time_of(config):
+        a, b, c = (config.kwargs[k] for k in "abc")
+        return math.inf if a + b > 12 else 10.0 - a + 2 * (12 - a - b) + abs(c - 2)
+
+    calls = []
+
+    def evaluate(subset):
+        calls.append(len(subset))
+        return {c: [time_of(c)] * 3 for c in subset}
+
+    request = tdp.TuningRequest("edge", (1,), "cpu")
+    start = next(c for c in space if (c.kwargs["a"], c.kwargs["b"], c.kwargs["c"]) == (6, 6, 2))
+    request.prior, request.prior_key = [start], (2,)
+    survivors = search.halving(request, space, evaluate, search.Space(space), engine.Screen())
+    best = min(survivors, key=time_of)
+    assert (best.kwargs["a"], best.kwargs["b"], best.kwargs["c"]) == (8, 4, 2)
+    assert sum(calls) < len(space) // 2  # a climb, not a sweep

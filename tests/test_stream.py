@@ -1,10 +1,13 @@
-"""Screening each candidate as it compiles, and hopeless candidates left uncompiled.
+"""Screening each candidate as it compiles, hopeless candidates left uncompiled, and compiles far
+slower than the rest of their step given up.
 
 The candidates go through the real forked compile stage (``forked_compile.in_processes``), with a
 host function standing in for Triton's compiler (the interpreter compiles nothing), and each is a
 real interpreted kernel launch when timed. The times are the search tests' bowl, so which
 candidates are hopeless is known.
 """
+
+import time
 
 import pytest
 import torch
@@ -14,7 +17,7 @@ from test_distributed import run_ranks
 from test_search import Bowl, bowl
 
 import triton_dist_plugin as tdp
-from triton_dist_plugin import engine, search, stream
+from triton_dist_plugin import engine, forked_compile, precompile, search, stream
 
 
 @pytest.fixture
@@ -81,3 +84,26 @@ def test_under_a_group_every_rank_compiles_and_screens_every_candidate(tmp_path)
     assert ranks[0]["pick"] == ranks[1]["pick"] and ranks[0]["pick_features"] == BEST
     for r in ranks:
         assert r["compiled"] == r["screened"] == len(SPACE) and r["left"] == 0
+
+
+def test_a_compile_far_slower_than_the_rest_of_its_step_is_given_up(monkeypatch, tmp_path):
+    monkeypatch.setattr(forked_compile, "STRAGGLER_MIN_S", 1.0)  # 10 s in earnest; a test waits less
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES", "2")
+
+    def warm(BLOCK):
+        time.sleep(60 if BLOCK == 512 else 0.05)  # one spills, say
+        (tmp_path / str(BLOCK)).touch()
+
+    blocks = [16, 32, 64, 128, 256, 512]
+    arrived = []
+    done = forked_compile.in_processes(warm, (), {}, [{"BLOCK": b} for b in blocks], list(range(6)), None,
+                                       on_compiled=arrived.append, give_up=True)
+    assert set(done) == {5} and done[5].startswith("gave up compiling it: ") and precompile.never_timed(done[5])
+    assert sorted(arrived) == [0, 1, 2, 3, 4] and sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        str(b) for b in blocks[:5])
+    # Off (0), or without give_up (under a group), it waits: here until the stage's own time limit.
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_COMPILE_TIMEOUT", "3")
+    for factor, give_up in (("0", True), ("5", False)):
+        monkeypatch.setenv("TRITON_DIST_AUTOTUNE_COMPILE_STRAGGLER", factor)
+        assert forked_compile.in_processes(warm, (), {}, [{"BLOCK": b} for b in blocks], list(range(6)), None,
+                                           give_up=give_up) is None  # the stage ran out of time, as before

@@ -22,6 +22,9 @@ from .stream import SKIPPED
 
 COMPILE_PROCESSES_ENV = "TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES"  # forked workers (default: CPUs; 0: off)
 PROCESS_TIMEOUT_ENV = "TRITON_DIST_AUTOTUNE_COMPILE_TIMEOUT"  # seconds for stage 1 (default 300)
+STRAGGLER_ENV = "TRITON_DIST_AUTOTUNE_COMPILE_STRAGGLER"  # times the median compile before giving one up
+STRAGGLER_MIN_S = 10.0  # ...and never before this many seconds
+GAVE_UP = "gave up compiling it: {:.0f}s, and the rest of its step took {:.2f}s at the median"
 
 #: The work forked workers read (set just before the fork, so it needs no pickling).
 _job: Optional[tuple] = None
@@ -115,8 +118,8 @@ def processes_usable() -> bool:
 def in_processes(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict], todo: list[int],
                  device: Any, on_compiled: Optional[Callable[[int], None]] = None,
                  inputs: Optional[dict] = None, share: int = 1,
-                 notes: Optional[dict] = None,
-                 wanted: Optional[Callable[[int], bool]] = None) -> Optional[dict[int, str]]:
+                 notes: Optional[dict] = None, wanted: Optional[Callable[[int], bool]] = None,
+                 give_up: bool = False) -> Optional[dict[int, str]]:
     """Stage 1: compile ``todo`` in forked workers; ``{i: reason}`` of failures, or None if the
     stage itself could not finish (the caller then compiles the rest in threads).
 
@@ -125,23 +128,31 @@ def in_processes(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[di
     ``notes`` receives where the stage's time went. After each arrival the parent asks
     ``wanted(j)`` of every candidate not yet arrived; a worker skips one turned down if it has not
     started it yet (a compile under way always finishes), and it comes back as ``stream.SKIPPED``.
+    With ``give_up``, once every other candidate is in, those still compiling after
+    ``TRITON_DIST_AUTOTUNE_COMPILE_STRAGGLER`` times the median compile (at least 10 s) are given up
+    (their workers killed; Triton writes its cache entries whole, so none is left half-written)
+    and come back with a reason starting ``gave up compiling``: such a compile is almost always a
+    config that spills, and waiting for it would hold up the whole step.
     """
     inputs = inputs or {}
     if not _fork_lock.acquire(blocking=False):  # another thread is in stage 1: use threads
         return None
     try:
         return _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, inputs, share,
-                             {} if notes is None else notes, wanted)
+                             {} if notes is None else notes, wanted, give_up)
     finally:
         _fork_lock.release()
 
 
-def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, inputs, share, notes, wanted):
+def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, inputs, share, notes, wanted,
+                  give_up):
     global _job
     deadline = time.perf_counter() + settings.value(PROCESS_TIMEOUT_ENV)
     context = multiprocessing.get_context("fork")
     skip = context.RawArray("b", len(launch_kwargs))  # shared with the workers: 1 = leave it out
-    _job = (warm, args, meta, launch_kwargs, device, inputs, skip)
+    begun = context.RawArray("d", len(launch_kwargs))  # ...and when a worker started each
+    _job = (warm, args, meta, launch_kwargs, device, inputs, skip, begun)
+    factor = settings.value(STRAGGLER_ENV) if give_up else 0.0
     pool = None
     started = time.perf_counter()
     results: dict = {}
@@ -154,8 +165,15 @@ def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, in
         # Largest candidates first: they compile longest, and the small ones then fill the gaps.
         order = sorted(todo, key=lambda i: -size(launch_kwargs[i]))
         arrivals = pool.imap_unordered(_compile_in_worker, order, chunksize=1)
-        for _ in order:
-            i, reason, begin, end = arrivals.next(max(0.0, deadline - time.perf_counter()))
+        while len(results) < len(order):
+            try:
+                i, reason, begin, end = arrivals.next(min(0.25, max(0.0, deadline - time.perf_counter())))
+            except multiprocessing.TimeoutError:
+                if time.perf_counter() >= deadline:
+                    raise
+                if factor and _give_up(order, results, skip, begun, factor):
+                    notes["gave up"] = sum(r.startswith("gave up") for r, _, _ in results.values() if r)
+                continue
             results[i] = (reason, begin, end)
             if reason is None and on_compiled is not None:
                 on_compiled(i)
@@ -180,6 +198,25 @@ def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, in
     return {i: reason for i, (reason, _, _) in results.items() if reason is not None}
 
 
+def _give_up(order: list, results: dict, skip: Any, begun: Any, factor: float) -> bool:
+    """If every candidate not yet in is a straggler (see ``in_processes``), record them as given
+    up (and those still queued to be skipped as skipped) in ``results``; True if it did."""
+    pending = [j for j in order if j not in results]
+    running = [j for j in pending if begun[j]]
+    if any(not begun[j] and not skip[j] for j in pending) or not running:
+        return False  # some still wait for a worker: not the end of the step yet
+    took = sorted(end - begin for reason, begin, end in results.values() if reason is None)
+    if not took:
+        return False
+    median = took[len(took) // 2]
+    now = time.perf_counter()
+    if any(now - begun[j] < max(STRAGGLER_MIN_S, factor * median) for j in running):
+        return False
+    for j in pending:
+        results[j] = (GAVE_UP.format(now - begun[j], median), begun[j], now) if begun[j] else (SKIPPED, now, now)
+    return True
+
+
 def size(kwargs: dict) -> int:
     size = 1
     for value in kwargs.values():
@@ -194,9 +231,10 @@ def _compile_in_worker(i: int) -> tuple[int, Optional[str], float, float]:
     Only ``warmup`` runs here, which needs the current device and stream but never launches; both
     are answered from the parent's values, since CUDA cannot be used again after a fork.
     """
-    warm, args, meta, launch_kwargs, device, inputs, skip = _job  # type: ignore[misc]
+    warm, args, meta, launch_kwargs, device, inputs, skip, begun = _job  # type: ignore[misc]
+    begun[i] = time.perf_counter()
     if skip[i]:
-        return i, SKIPPED, time.perf_counter(), time.perf_counter()
+        return i, SKIPPED, begun[i], begun[i]
     try:
         from triton.runtime.driver import driver
 

@@ -6,8 +6,9 @@ screened whole, its candidates compiled up front in parallel. A larger one is ne
 whole: a seeded sample (96) is screened, then the neighbours of the best four (one parameter one
 step away), batch after batch, until the best four have all been expanded (or
 ``TRITON_DIST_AUTOTUNE_SEARCH_BUDGET`` is spent). A candidate far from every leader is never
-compiled: that is how hopeless shapes are left out. At a local best it screens one more sample,
-and climbs on from it only if that found better. With a warm start (``request.prior``: the
+compiled: that is how hopeless shapes are left out. A neighbour that failed (out of resources,
+say) is stepped across: its own neighbours join the frontier. At a local best it screens one
+more sample, and climbs on from it only if that found better. With a warm start (``request.prior``: the
 nearest tuned key's candidates, fastest first), whatever the space's size, the first step
 screens that ranking's best and the neighbours of its pick (one wave of compiles), and the
 search climbs on only while the best moves. The survivors are then halved through longer rounds
@@ -67,16 +68,25 @@ def halving(request: Any, candidates: list, evaluate: Callable[[list], dict], sp
     position = {id(c): i for i, c in enumerate(candidates)}
     cap, rng = budget(len(candidates)), random.Random(seed(request))
     screened: dict = {}
-    expanded: set = set()
 
     def step(subset: list) -> None:
         subset = [c for c in dict.fromkeys(subset) if c not in screened][: max(0, cap - len(screened))]
         if subset:
             screened.update(evaluate(subset))
 
+    def near(c: Any) -> list:
+        return [candidates[j] for j in space.neighbours(position[id(c)])]
+
     def around(leaders: list) -> list:
-        expanded.update(id(c) for c in leaders)
-        return [candidates[j] for c in leaders for j in space.neighbours(position[id(c)])]
+        """Not yet screened: the leaders' neighbours, and the neighbours of those that failed (a
+        config that ran out of resources is a wall; the way round it is one more step in another
+        parameter: more ``BLOCK_K`` with fewer stages, say)."""
+        found = []
+        for leader in leaders:
+            for c in near(leader):
+                failed = c in screened and not math.isfinite(screened[c][0])
+                found += near(c) if failed else [c]
+        return [c for c in dict.fromkeys(found) if c not in screened]
 
     def sample() -> list:
         rest = [c for c in candidates if c not in screened]
@@ -94,8 +104,7 @@ def halving(request: Any, candidates: list, evaluate: Callable[[list], dict], sp
             step(sample())
             continue
         # Warm: climb from the best while it moves; cold: expand the best few until all are.
-        leaders = [c for c in order[: 1 if prior else LEADERS] if id(c) not in expanded]
-        frontier = [c for c in around(leaders) if c not in screened]
+        frontier = around(order[: 1 if prior else LEADERS])
         if frontier:
             step(frontier[:BATCH])
             continue

@@ -35,8 +35,8 @@ from .accuracy import accuracy_check_enabled, check_accuracy
 from .benchmarker import screen_for, user_do_bench
 from .candidates import agree, call_hooks, check_conflicts, compile_all, make_call_factory, select_configs, split_launch
 from .kernel_state import KernelState, state_of
+from .precompile import never_timed
 from .requests import TuningRequest
-from .stream import SKIPPED
 
 _TUNE_LOCK = threading.RLock()
 
@@ -174,7 +174,7 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
             failed = compile_all(instance, state, request, args, kwargs, subset, group,
                                  ready if worker is not None or streaming else None,
                                  (lambda j: stream.wanted(subset[j])) if streaming else None)
-            skipped = {c: r for c, r in failed.items() if r == SKIPPED}
+            skipped = {c: r for c, r in failed.items() if never_timed(r)}  # left out, or given up
             unsafe = _isolated(worker, request, configs, {position[id(c)]: runs[position[id(c)]] for c in subset},
                                failed) if worker is not None else {}
             # A candidate that failed to compile is still launched and timed, as upstream does: its

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional
 
 from . import _compat, distributed, forked_compile, settings
-from .forked_compile import size, warm_one, workers
+from .forked_compile import GAVE_UP, size, warm_one, workers
 from .stream import SKIPPED
 
 PARALLEL_COMPILE_ENV = "TRITON_AUTOTUNE_PARALLEL_COMPILE"
@@ -59,7 +59,7 @@ def warm_all(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict],
         return {}
     if group is None or distributed.world_size(group) < 2:
         return _compile(warm, args, meta, launch_kwargs, list(range(count)), device, inputs, on_ready=on_ready,
-                        wanted=wanted) if on else {}
+                        wanted=wanted, give_up=True) if on else {}
     # Every rank of the group takes part in both exchanges, whatever its own settings, so that none
     # waits in vain; a rank that compiles nothing up front shares its cache with no one.
     position, peers = distributed.host_peers(group, cache_id if on else None)
@@ -98,8 +98,9 @@ def _compile_one(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[di
 
 def _compile(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict], todo: list[int], device: Any,
              inputs: dict, share: int = 1, on_ready: Optional[Callable[[int], None]] = None,
-             wanted: Optional[Callable[[int], bool]] = None) -> dict[int, str]:
-    """Compile the candidates ``todo`` (stage 1, then stage 2); ``{i: reason}`` for failures."""
+             wanted: Optional[Callable[[int], bool]] = None, give_up: bool = False) -> dict[int, str]:
+    """Compile the candidates ``todo`` (stage 1, then stage 2); ``{i: reason}`` for failures.
+    Those stage 1 skipped or gave up on are not compiled again."""
 
     def compile_one(i: int, load: bool = False) -> Optional[str]:
         return _compile_one(warm, args, meta, launch_kwargs, inputs, i, load, on_ready)
@@ -130,12 +131,12 @@ def _compile(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict],
         # A worker's failure is not the candidate's verdict (the worker may lack something the
         # parent has); the thread stage below compiles it again and records its own reason.
         done = forked_compile.in_processes(warm, args, meta, launch_kwargs, rest, device, on_compiled=load,
-                                           inputs=inputs, share=share, notes=last, wanted=wanted)
+                                           inputs=inputs, share=share, notes=last, wanted=wanted, give_up=give_up)
         last["processes"] = (len(rest) - len(done) if done is not None else 0, time.perf_counter() - started)
-        skipped = {i: r for i, r in (done or {}).items() if r == SKIPPED}
+        skipped = {i: r for i, r in (done or {}).items() if never_timed(r)}
         if skipped:
             failed.update(skipped)
-            last["left uncompiled"] = f"{len(skipped)} hopeless"
+            last["left uncompiled"] = len(skipped)
         rest = [i for i in rest if i not in loaded and i not in skipped]
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, min(len(rest), workers(COMPILE_WORKERS_ENV, share)))) as pool:
@@ -144,6 +145,11 @@ def _compile(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict],
                 failed[i] = reason
     last["threads"] = (len(rest), time.perf_counter() - started)
     return failed
+
+
+def never_timed(reason: Optional[str]) -> bool:
+    """A candidate stage 1 left uncompiled as hopeless, or gave up compiling: it is not timed."""
+    return reason is not None and (reason == SKIPPED or reason.startswith(GAVE_UP.split(":")[0]))
 
 
 def summary() -> str:

@@ -92,6 +92,18 @@ def _seconds(default: float) -> Callable[[str], float]:
     return parse
 
 
+def _factor(default: float) -> Callable[[str], float]:
+    def parse(raw: str) -> float:
+        if raw.strip() == "":
+            return default
+        value = float(raw.strip())
+        if not 0 <= value < float("inf"):
+            raise ValueError
+        return value
+
+    return parse
+
+
 def _choice(default: str, *choices: str, aliases: Optional[dict] = None) -> Callable[[str], str]:
     def parse(raw: str) -> str:
         text = raw.strip().lower()
@@ -144,6 +156,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TRITON_DIST_AUTOTUNE_COMPILE_TIMEOUT", "seconds", "`300`",
             "seconds the forked workers get before the rest compiles in threads", _seconds(300.0),
             "a positive number of seconds, such as 300"),
+    Setting("TRITON_DIST_AUTOTUNE_COMPILE_STRAGGLER", "number", "`5`",
+            "a candidate still compiling once the rest of its step is in, after this many times the step's "
+            "median compile (and at least 10 s), is given up and never timed (not under a tuning group); "
+            "`0`: wait for every compile", _factor(5.0), "a number >= 0, such as 5"),
     Setting("TRITON_DIST_DIRECT_LAUNCH", "flag", "on",
             "`0`: cache-hit launches go through `JITFunction.run` instead of the direct launcher", _flag(True),
             "1/true/yes/on/y or 0/false/no/off/n"),
