@@ -1,7 +1,10 @@
 """Where the first call of the 48-config matmul spends its wall time (GPU, empty caches): the
 start and end of the plugin's main steps, relative to the call's start.
 
-    python benchmarks/profile_timeline.py [matmul shape M N K]
+    python benchmarks/profile_timeline.py [M N K]
+
+``TRITON_DIST_AUTOTUNE_DIR`` may name a plugin cache with tuned keys (a warm start); Triton's
+cache is always empty.
 """
 
 import functools
@@ -11,7 +14,7 @@ import tempfile
 import time
 
 os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
-os.environ["TRITON_DIST_AUTOTUNE_DIR"] = tempfile.mkdtemp()  # picks persist: start from none
+os.environ.setdefault("TRITON_DIST_AUTOTUNE_DIR", tempfile.mkdtemp())  # picks persist: start from none, or given
 import torch  # noqa: E402
 import triton  # noqa: E402
 
@@ -25,7 +28,7 @@ STEPS = [(launch, "tune"), (launch, "select_configs"), (launch, "warm_start"), (
          (launch._compat, "active_device"),
          (precompile, "warm_all"), (forked_compile, "caches_ready"), (forked_compile, "_in_processes"),
          (engine, "_round"), (engine, "run_candidates"), (launch, "_persist"), (persist.KernelStore, "read"),
-         (timing, "resolve_method"), (engine, "record")]
+         (timing, "resolve_method"), (engine, "record"), (precompile, "warm_one")]
 events: list = []
 origin = [0.0]
 
@@ -69,8 +72,12 @@ origin[0] = time.perf_counter()
 mm.launch(tuned, a, b)
 torch.cuda.synchronize()
 total = time.perf_counter() - origin[0]
-for name, start, end in sorted(events, key=lambda e: e[1]):
+loads = sorted((e for e in events if e[0] == "warm_one"), key=lambda e: e[1])
+for name, start, end in sorted((e for e in events if e[0] != "warm_one"), key=lambda e: e[1]):
     print(f"{name:16} {start:7.3f} -> {end:7.3f}  ({end - start:.3f}s)")
+if loads:  # the parent taking each compiled candidate from the cache, as it arrives
+    print(f"{len(loads)} loads: first {loads[0][1]:.3f} -> {loads[0][2]:.3f}, last {loads[-1][1]:.3f} -> "
+          f"{loads[-1][2]:.3f}, longest {max(e[2] - e[1] for e in loads):.3f}s")
 for note in notes:
     print("note:", note)
 print(f"first call {total:.3f}s, pick {tuned.best_config}")

@@ -25,7 +25,7 @@ from bench_search_gpu import SHAPE, careful, inputs, large_space  # noqa: E402
 sys.path.insert(0, ".")
 from kernels import KERNELS  # noqa: E402
 
-LIMIT = 60.0
+LIMIT = 20.0
 PARALLEL = os.cpu_count() or 16
 
 
@@ -49,7 +49,11 @@ def main() -> None:
     running: dict = {}  # pid -> (index, start)
     status: dict = {}
     todo = list(range(len(space)))
+    shown = 0
     while todo or running:
+        if len(status) >= shown + 128:
+            shown = len(status)
+            print(f"{shown} compiled or failed after {time.perf_counter() - started:.0f}s", flush=True)
         while todo and len(running) < PARALLEL:
             i = todo.pop(0)
             pid = os.fork()

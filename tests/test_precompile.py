@@ -152,3 +152,45 @@ def test_a_config_pre_hook_that_raises_leaves_its_candidate_on_the_shared_argume
     configs = [triton.Config({"BM": 16}, pre_hook=broken), triton.Config({"BM": 32}, pre_hook=_shape_hook)]
     inputs = precompile.hooked_inputs(configs, (_Descriptor(),), {}, [{"BM": 16}, {"BM": 32}], ["desc"])
     assert sorted(inputs) == [1]
+
+
+PRESTART = """
+import sys, threading
+import triton, triton.language as tl
+import triton_dist_plugin
+from triton_dist_plugin import forked_compile
+
+@triton.jit
+def k(x, BLOCK: tl.constexpr):
+    pass
+
+triton.autotune(configs=[triton.Config({"BLOCK": 1})], key=[])(k)
+names = sorted(t.name for t in forked_compile._early)
+forked_compile.prestarted()
+try:
+    from triton.runtime.cache import triton_key
+except ImportError:
+    from triton.compiler.compiler import triton_key
+print(names, triton_key.cache_info().currsize)
+"""
+
+
+@pytest.mark.parametrize("env", [{}, {"TRITON_INTERPRET": "1"}, {"TRITON_DIST_AUTOTUNE_FROZEN": "strict"}],
+                         ids=["compiling", "interpreter", "frozen"])
+def test_decorating_a_kernel_starts_what_the_first_compile_needs_in_threads(env, tmp_path):
+    """Triton's source hash and its CUDA helper build start at decoration, off the first tuning's
+    path (the helper fails at once on this machine, which has no CUDA: unseen); not where
+    nothing compiles."""
+    import subprocess
+    import sys
+
+    base = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_DIST_AUTOTUNE_FROZEN")}
+    script = tmp_path / "prestart.py"  # Triton reads a kernel's source from its file
+    script.write_text(PRESTART)
+    out = subprocess.run([sys.executable, str(script)], env={**base, **env}, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    if env:
+        assert out.stdout.split() == ["[]", "0"]
+    else:  # the hash is memoised: the first compile finds it done
+        assert out.stdout.split() == ["['tdp-cuda-utils',", "'tdp-triton-key']", "1"]

@@ -29,7 +29,7 @@ GAVE_UP = "gave up compiling it: {:.0f}s, and the rest of its step took {:.2f}s 
 #: The work forked workers read (set just before the fork, so it needs no pickling).
 _job: Optional[tuple] = None
 _fork_lock = threading.Lock()
-_hashing: Optional[threading.Thread] = None  # ``prestart``'s thread
+_early: list[threading.Thread] = []  # ``prestart``'s threads
 
 
 def workers(env: str, share: int = 1) -> int:
@@ -67,8 +67,7 @@ def _prime(jit: Any, backend: Any) -> None:
     """Compute once here what every compile's cache key needs and Triton memoises per process (the
     hash of Triton's own sources, the backend's tool versions, the kernel's source hash), so that
     forked workers inherit it instead of each computing it again."""
-    if _hashing is not None:
-        _hashing.join()  # computing it twice at once would only be slower
+    prestarted()
     for step in (lambda: jit.cache_key, backend.hash, _triton_key):
         try:
             step()
@@ -77,16 +76,32 @@ def _prime(jit: Any, backend: Any) -> None:
 
 
 def prestart() -> None:
-    """Hash Triton's sources (and its compiled library, hundreds of MB) in a thread of this
-    process as soon as a kernel is decorated: every compile's cache key needs that hash, Triton
-    memoises it per process, and a first tuning would otherwise wait 0.3-0.7 s for it. Needs no
-    GPU; not under the interpreter or in frozen mode (nothing compiles there), nor in a
-    ``multiprocessing`` child; once per process."""
-    global _hashing
-    if _hashing is not None or _compat.interpret() or untuned.frozen() or multiprocessing.parent_process():
+    """Start, in threads of this process, as soon as a kernel is decorated, the two slow things
+    a first tuning would otherwise wait for, both memoised by Triton per process and neither
+    touching the GPU: the hash of Triton's sources and compiled library (hundreds of MB; every
+    compile's cache key needs it: 0.3-0.7 s), and the build of Triton's CUDA helper module (a C
+    compile into Triton's cache, 0.5-0.8 s, on the first use of the driver; on a machine without
+    CUDA it fails at once, unseen). Not under the interpreter or in frozen mode (nothing
+    compiles there), nor in a ``multiprocessing`` child; once per process."""
+    if _early or _compat.interpret() or untuned.frozen() or multiprocessing.parent_process():
         return
-    _hashing = threading.Thread(target=_quietly, args=(_triton_key,), name="tdp-triton-key", daemon=True)
-    _hashing.start()
+    for name, step in (("tdp-triton-key", _triton_key), ("tdp-cuda-utils", _cuda_utils)):
+        _early.append(threading.Thread(target=_quietly, args=(step,), name=name, daemon=True))
+        _early[-1].start()
+
+
+def prestarted() -> None:
+    """Wait for ``prestart``'s work (doing it again at the same time would only be slower)."""
+    for thread in _early:
+        thread.join()
+
+
+def _cuda_utils() -> None:
+    if _compat.IS_ASCEND:
+        return
+    from triton.backends.nvidia.driver import CudaUtils
+
+    CudaUtils()  # a singleton: the driver, when first used, takes this one
 
 
 def _quietly(step: Callable) -> None:

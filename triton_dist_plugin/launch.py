@@ -119,6 +119,7 @@ def tune(instance: Any, state: KernelState, key: tuple, args: tuple, kwargs: dic
         if config is not None:  # another thread finished it while we waited
             return config
         nargs, launch, named, meta = split_launch(state, args, kwargs)
+        forked_compile.prestarted()  # the driver's first use below takes what it built
         device = _compat.active_device(required=user_do_bench(instance) is None)
         request = TuningRequest(state.name, key, device, named, meta, autotuner=instance, grid=kwargs.get("grid"))
         previous, kernel_state.current.request = getattr(kernel_state.current, "request", None), request
@@ -325,7 +326,7 @@ def autotune_wrapper(wrapped, instance, args, kwargs):
         tuner.tdp_generate = not configs and _plain_run(tuner)
         tuner.tdp_check_accuracy = check
         isolate.prestart(tuner.fn, tuner.tdp_generate)  # its slow start off the first call's path
-        forked_compile.prestart()  # likewise the hash every compile's cache key needs
+        forked_compile.prestart()  # likewise what every compile, and the driver, first need
         return tuner
 
     return decorate
