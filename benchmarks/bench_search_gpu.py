@@ -10,8 +10,9 @@ printed last, against the ground truth of ``search_truth_gpu.py`` where it has r
   upstream, plugin again; each pick's time by ``do_bench(rep=200)``.
 - ``warm``: a second shape (8192 x 2048 x 4096) of the 48-config matmul, cold (empty caches)
   and warm (the plugin cache of a process that tuned 4096^3; Triton's cache empty, then also
-  that process's Triton cache), with each pick's time against the 48 configs' best at that
-  shape (rep 200 ms, measured in the cold process).
+  that process's Triton cache, against a cold run given the same Triton cache), with each
+  pick's time against the 48 configs' best at that shape (rep 200 ms, measured in the cold
+  process).
 - ``large``: the first call over the large space (block sizes 32-256, ``BLOCK_K`` 32-128,
   ``GROUP_M`` 1/8, 2-8 warps, 2-5 stages: 1,152 configs) with ``halving``: seconds, how many
   candidates were compiled and screened, and the pick's time (rep 200 ms).
@@ -192,6 +193,11 @@ def main() -> None:
             kept = tempfile.mkdtemp()
             shutil.copytree(tuned_dir, kept, dirs_exist_ok=True)
             step("warm_warm", "warm", plugin_dir=tuned_dir)
+            # Both with that process's Triton cache (the first shape's kernels: the same binaries
+            # serve this shape), cold with an empty plugin cache, warm with the first shape's picks.
+            cold_dir = tempfile.mkdtemp()
+            shutil.copytree(triton_dir, cold_dir, dirs_exist_ok=True)
+            step("warm_cold_triton_cache", "warm", triton_dir=cold_dir)
             step("warm_warm_triton_cache", "warm", plugin_dir=kept, triton_dir=triton_dir)
     if "large" in parts:
         step("large_halving", "large")
@@ -225,6 +231,12 @@ def table(results: dict) -> None:
                      f"{warm['first_call_s']:.2f}s (compiled {warm['compiled']}, screened {warm['screened']}): "
                      f"{cold['first_call_s'] / warm['first_call_s']:.1f}x; picks {cold['pick_ms']:.4f} / "
                      f"{warm['pick_ms']:.4f} ms vs best of 48 {cold.get('best_of_48_ms', float('nan')):.4f} ms"))
+    cold, warm = results.get("warm_cold_triton_cache", {}), results.get("warm_warm_triton_cache", {})
+    if "first_call_s" in cold and "first_call_s" in warm:
+        rows.append(("warm, Triton cached", f"cold {cold['first_call_s']:.2f}s (screened {cold['screened']}), warm "
+                     f"{warm['first_call_s']:.2f}s (screened {warm['screened']}): "
+                     f"{cold['first_call_s'] / warm['first_call_s']:.1f}x; picks {cold['pick_ms']:.4f} / "
+                     f"{warm['pick_ms']:.4f} ms"))
     if truth:
         print(f"truth: {truth.get('valid')} of {truth.get('configs')} configs run; best {truth.get('best')} "
               f"{truth.get('best_ms', float('nan')):.4f} ms")

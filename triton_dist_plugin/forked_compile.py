@@ -209,7 +209,8 @@ def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, in
     busy = sum(end - begin for _, begin, end in results.values())
     notes["workers"] = (f"{count} forked in {forked:.2f}s, first compile began after "
                        f"{min(begin for _, begin, _ in results.values()) - started:.2f}s, "
-                       f"{busy / (count * wall):.0%} busy")
+                       f"{busy / (count * wall):.0%} busy, longest compile "
+                       f"{max(end - begin for _, begin, end in results.values()):.2f}s")
     return {i: reason for i, (reason, _, _) in results.items() if reason is not None}
 
 
