@@ -160,6 +160,8 @@ import triton, triton.language as tl
 import triton_dist_plugin
 from triton_dist_plugin import forked_compile
 
+activated = sorted(t.name for t in forked_compile._early)  # started at activation already
+
 @triton.jit
 def k(x, BLOCK: tl.constexpr):
     pass
@@ -171,15 +173,15 @@ try:
     from triton.runtime.cache import triton_key
 except ImportError:
     from triton.compiler.compiler import triton_key
-print(names, triton_key.cache_info().currsize)
+print(activated == names, names, triton_key.cache_info().currsize)
 """
 
 
 @pytest.mark.parametrize("env", [{}, {"TRITON_INTERPRET": "1"}, {"TRITON_DIST_AUTOTUNE_FROZEN": "strict"}],
                          ids=["compiling", "interpreter", "frozen"])
-def test_decorating_a_kernel_starts_what_the_first_compile_needs_in_threads(env, tmp_path):
-    """Triton's source hash and its CUDA helper build start at decoration, off the first tuning's
-    path (the helper fails at once on this machine, which has no CUDA: unseen); not where
+def test_activation_starts_what_the_first_compile_needs_in_threads(env, tmp_path):
+    """Triton's source hash and its CUDA helper build start at activation (else at decoration),
+    off the first tuning's path (the helper fails at once on this machine, which has no CUDA: unseen); not where
     nothing compiles."""
     import subprocess
     import sys
@@ -191,6 +193,6 @@ def test_decorating_a_kernel_starts_what_the_first_compile_needs_in_threads(env,
                          timeout=120)
     assert out.returncode == 0, out.stderr
     if env:
-        assert out.stdout.split() == ["[]", "0"]
-    else:  # the hash is memoised: the first compile finds it done
-        assert out.stdout.split() == ["['tdp-cuda-utils',", "'tdp-triton-key']", "1"]
+        assert out.stdout.split() == ["True", "[]", "0"]
+    else:  # started at activation; the hash is memoised: the first compile finds it done
+        assert out.stdout.split() == ["True", "['tdp-cuda-utils',", "'tdp-triton-key']", "1"]

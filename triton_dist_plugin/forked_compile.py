@@ -76,7 +76,8 @@ def _prime(jit: Any, backend: Any) -> None:
 
 
 def prestart() -> None:
-    """Start, in threads of this process, as soon as a kernel is decorated, the two slow things
+    """Start, in threads of this process, at activation or as soon as a kernel is decorated
+    (whichever comes first), the two slow things
     a first tuning would otherwise wait for, both memoised by Triton per process and neither
     touching the GPU: the hash of Triton's sources and compiled library (hundreds of MB; every
     compile's cache key needs it: 0.3-0.7 s), and the build of Triton's CUDA helper module (a C

@@ -17,7 +17,7 @@ import warnings
 
 import wrapt
 
-from . import _compat, benchmarker, bus, isolate, kernel_state, launch, subclass
+from . import _compat, benchmarker, bus, forked_compile, isolate, kernel_state, launch, subclass
 
 _lock = threading.Lock()
 _installed: list[tuple[type, str, object, object]] = []  # (owner, attribute, original, ours)
@@ -75,6 +75,7 @@ def activate() -> None:
             bus.load_entry_points()
             kernel_state.active = True
             isolate.prestart()  # with every kernel isolated, its worker starts alongside the program
+            forked_compile.prestart()  # kernels decorated before activation reach no decoration hook
         except BaseException:
             _restore()
             raise
