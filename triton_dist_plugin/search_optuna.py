@@ -3,7 +3,9 @@ the candidates to screen, batch after batch, from what was screened so far.
 
 Each parameter of the space is a categorical choice over its values' positions; a proposal that
 is not a candidate (the space may be pruned) screens the candidate closest to it, and optuna is
-told that candidate's time. Failed candidates are failed trials. The sampler is seeded from the
+told that candidate's time. A failed candidate (out of resources, a compile given up) is told as
+the worst time seen so far: TPE leaves failed trials out of its model, and kept proposing more of
+the region that fails (a failed trial only while nothing has worked yet). The sampler is seeded from the
 kernel and key and told only reduced timings, so every rank of a group proposes the same
 batches. A warm start's best candidates are enqueued first. The search ends after
 ``PATIENCE`` batches without a gain of 1%, when every candidate was screened, or at
@@ -60,10 +62,13 @@ def tpe(request: Any, candidates: list, evaluate: Callable[[list], dict], space:
         new = [c for c in dict.fromkeys(chosen) if c not in screened]
         if new:
             screened.update(evaluate(new))
+        finite = [t[0] for t in screened.values() if math.isfinite(t[0])]
         for trial, c in zip(trials, chosen):
             value = screened[c][0]
             if math.isfinite(value):
                 study.tell(trial, value)
+            elif finite:  # told as the worst seen, so that the sampler learns to avoid such candidates
+                study.tell(trial, max(finite))
             else:
                 study.tell(trial, state=TrialState.FAIL)
         now = min((t[0] for t in screened.values()), default=math.inf)
