@@ -1,5 +1,6 @@
 import pytest
-from helpers import DEVICE
+from helpers import DEVICE, Recorder
+from search_space import Bowl
 
 import triton_dist_plugin as tdp
 
@@ -22,6 +23,22 @@ def plugins():
     for plugin in added:
         if tdp.plugin_manager().is_registered(plugin):
             tdp.unregister(plugin)
+
+
+@pytest.fixture
+def recorder(plugins):
+    """A registered ``helpers.Recorder``: every tuning record and every timed candidate request."""
+    rec = Recorder()
+    plugins(rec)
+    return rec
+
+
+@pytest.fixture
+def timed(plugins):
+    """A registered ``search_space.Bowl``: the search tests' known times, and what it timed."""
+    b = Bowl()
+    plugins(b)
+    return b
 
 
 @pytest.fixture(autouse=True)

@@ -330,8 +330,7 @@ def scenario_stream(rank, world, group):
     import tempfile
     from pathlib import Path
 
-    from search_space import BEST, SPACE, copy, forked_prepare
-    from test_search import Bowl
+    from search_space import BEST, SPACE, Bowl, copy, forked_prepare
 
     from triton_dist_plugin import engine, search
 

@@ -1,7 +1,11 @@
 """The search tests' kernel and space, shared with the multi-rank worker."""
 
+import math
+
 import triton
 import triton.language as tl
+
+from triton_dist_plugin import hookimpl, search
 
 
 @triton.jit
@@ -17,6 +21,29 @@ BEST = {"BLOCK": 64, "UNROLL": 4, "num_warps": 2}
 # x 4 stage counts = 480 candidates, larger than a search's first sample; LARGE_BEST the fastest
 LARGE = [triton.Config(c.kwargs, num_warps=c.num_warps, num_stages=s) for c in SPACE for s in (1, 2, 3, 4)]
 LARGE_BEST = {**BEST, "num_stages": 2}
+
+
+def bowl(features: dict, best: dict = BEST) -> float:
+    """1 ms at ``best``, growing with every doubling away from it."""
+    return 1.0 + sum(abs(math.log2(features[k]) - math.log2(v)) for k, v in best.items())
+
+
+class Bowl:
+    """Times each candidate by ``bowl`` after running it once for real; records what it timed."""
+
+    def __init__(self):
+        self.timed = []
+        self.features = search.features_of  # a function-level space's candidates are positions
+        self.best = BEST
+
+    @hookimpl(tryfirst=True)
+    def tdp_time_candidate(self, request):
+        request.call()
+        self.timed.append(request.config)
+        return bowl(self.features(request.config), self.best)
+
+    def screened(self) -> list:
+        return list(dict.fromkeys(str(c) for c in self.timed))
 
 
 def forked_prepare(marks):

@@ -9,18 +9,11 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import DEVICE, Recorder, rand
+from helpers import DEVICE, rand
 
 import triton_dist_plugin as tdp
 from kernels import KERNELS
 from triton_dist_plugin import _compat, engine, hookimpl
-
-
-@pytest.fixture
-def recorder(plugins):
-    rec = Recorder()
-    plugins(rec)
-    return rec
 
 
 def tuned(name, **kw):

@@ -10,11 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import DEVICE, Recorder
+from helpers import DEVICE
 
 from triton_dist_plugin import isolate
 
@@ -33,13 +32,6 @@ def planted(x, out, n, BLOCK: tl.constexpr, FAULT: tl.constexpr):
 
 CONFIGS = [triton.Config({"BLOCK": 64, "FAULT": 0}), triton.Config({"BLOCK": 64, "FAULT": 1}),
            triton.Config({"BLOCK": 64, "FAULT": 2}), triton.Config({"BLOCK": 128, "FAULT": 0})]
-
-
-@pytest.fixture
-def recorder(plugins):
-    rec = Recorder()
-    plugins(rec)
-    return rec
 
 
 def copy_with(kernel, n=300):

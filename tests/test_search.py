@@ -13,50 +13,13 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import DEVICE, Recorder
-from search_space import BEST, LARGE, LARGE_BEST, SPACE, copy
+from helpers import DEVICE
+from search_space import BEST, LARGE, LARGE_BEST, SPACE, bowl, copy
 from test_distributed import run_ranks
 
 import triton_dist_plugin as tdp
 from triton_dist_plugin import engine, hookimpl, search
 from triton_dist_plugin.tune import autotune
-
-
-def bowl(features: dict, best: dict = BEST) -> float:
-    """1 ms at ``best``, growing with every doubling away from it."""
-    return 1.0 + sum(abs(math.log2(features[k]) - math.log2(v)) for k, v in best.items())
-
-
-class Bowl:
-    """Times each candidate by ``bowl`` after running it once for real; records what it timed."""
-
-    def __init__(self):
-        self.timed = []
-        self.features = search.features_of  # a function-level space's candidates are positions
-        self.best = BEST
-
-    @hookimpl(tryfirst=True)
-    def tdp_time_candidate(self, request):
-        request.call()
-        self.timed.append(request.config)
-        return bowl(self.features(request.config), self.best)
-
-    def screened(self) -> list:
-        return list(dict.fromkeys(str(c) for c in self.timed))
-
-
-@pytest.fixture
-def timed(plugins):
-    b = Bowl()
-    plugins(b)
-    return b
-
-
-@pytest.fixture
-def notes(plugins):
-    rec = Recorder()
-    plugins(rec)
-    return rec
 
 
 def launch(kernel, n=300):
@@ -85,13 +48,13 @@ def test_the_space_moves_one_parameter_one_step_at_a_time():
     assert {pruned[i].kwargs["BLOCK"] for i in space.neighbours(at)} >= {32, 256}
 
 
-def test_a_large_space_is_searched_not_screened_whole_and_finds_the_best(timed, notes):
+def test_a_large_space_is_searched_not_screened_whole_and_finds_the_best(timed, recorder):
     timed.best = LARGE_BEST
     kernel = triton.autotune(configs=LARGE, key=["n"])(copy)  # 480 > the default 128 screened whole
     launch(kernel)
     assert picked(kernel) == {**picked(kernel), **LARGE_BEST}
     assert len(timed.screened()) < len(LARGE) // 2, len(timed.screened())
-    (record,) = notes.records
+    (record,) = recorder.records
     assert any(f"searched {len(timed.screened())} of 480 candidates" in n for n in record.notes), record.notes
     assert len(record.timings) == len(timed.screened())  # the others were never compiled nor run
 
@@ -103,7 +66,7 @@ def test_a_small_space_is_screened_whole(timed, monkeypatch):
     assert len(timed.screened()) == len(SPACE) and picked(kernel) == {**picked(kernel), **BEST}
 
 
-def test_a_new_key_starts_from_the_nearest_tuned_keys_ranking(timed, notes, monkeypatch):
+def test_a_new_key_starts_from_the_nearest_tuned_keys_ranking(timed, recorder, monkeypatch):
     kernel = triton.autotune(configs=SPACE, key=["n"])(copy)
     launch(kernel, 300)  # screened whole: 120 candidates
     assert len(timed.screened()) == len(SPACE)
@@ -113,13 +76,13 @@ def test_a_new_key_starts_from_the_nearest_tuned_keys_ranking(timed, notes, monk
     assert picked(kernel) == {**picked(kernel), **BEST}
     assert len(warm) <= 20, len(warm)
     assert warm[0] == str(kernel.best_config)  # the nearest key's pick is screened first
-    assert any("starting from the nearest tuned key (300," in n for n in notes.records[-1].notes)
+    assert any("starting from the nearest tuned key (300," in n for n in recorder.records[-1].notes)
     # From disk, in a tuner that has tuned nothing itself (a later process).
     timed.timed.clear()
     again = triton.autotune(configs=SPACE, key=["n"])(copy)
     launch(again, 600)
     assert len(timed.screened()) <= 20 and picked(again) == {**picked(again), **BEST}
-    assert any("starting from the nearest tuned key" in n for n in notes.records[-1].notes)
+    assert any("starting from the nearest tuned key" in n for n in recorder.records[-1].notes)
     # Off: a new key starts cold.
     monkeypatch.setenv(search.WARM_ENV, "0")
     timed.timed.clear()
@@ -127,7 +90,7 @@ def test_a_new_key_starts_from_the_nearest_tuned_keys_ranking(timed, notes, monk
     assert len(timed.screened()) == len(SPACE)
 
 
-def test_optuna_finds_the_best_in_a_large_space_the_same_way_every_time(timed, notes, monkeypatch):
+def test_optuna_finds_the_best_in_a_large_space_the_same_way_every_time(timed, recorder, monkeypatch):
     pytest.importorskip("optuna")
     monkeypatch.setenv(search.SEARCH_ENV, "optuna")
     monkeypatch.setenv("TRITON_DIST_AUTOTUNE_ALWAYS_TUNE", "1")
@@ -139,7 +102,7 @@ def test_optuna_finds_the_best_in_a_large_space_the_same_way_every_time(timed, n
         paths.append(timed.screened())
         assert bowl(picked(kernel), LARGE_BEST) <= 2.0, picked(kernel)  # the best, or one step from it
     assert paths[0] == paths[1]
-    assert any("optuna's TPE sampler searched" in n for n in notes.records[-1].notes)
+    assert any("optuna's TPE sampler searched" in n for n in recorder.records[-1].notes)
 
 
 def test_a_search_budget_caps_what_is_compiled_and_screened(timed, monkeypatch):
@@ -237,7 +200,7 @@ def _planted_space(fault: int) -> list:
     return space + [triton.Config({"BLOCK": 64, "UNROLL": 4, "FAULT": fault}, num_warps=2, num_stages=2)]
 
 
-def test_a_searched_space_is_isolated_and_checked_step_by_step(timed, notes, monkeypatch):
+def test_a_searched_space_is_isolated_and_checked_step_by_step(timed, recorder, monkeypatch):
     """Each step readies only its own candidates: the crashing twin of the best fails in the
     isolation worker (which then serves the next steps), the wrong one fails the accuracy check
     against the first step's reference; neither is ever timed here."""
@@ -251,7 +214,7 @@ def test_a_searched_space_is_isolated_and_checked_step_by_step(timed, notes, mon
     kernel = triton.autotune(configs=crashing, key=["n"])(planted)
     launch(kernel)
     assert picked(kernel) == {**picked(kernel), **LARGE_BEST, "FAULT": 0}
-    record = notes.records[-1]
+    record = recorder.records[-1]
     assert "crashed the isolation worker" in record.failures[crashing[-1]]
     assert len([n for n in record.notes if n.startswith("ran ")]) >= 2, record.notes  # one per step
     monkeypatch.setenv(isolate.ENV, "0")
@@ -260,7 +223,7 @@ def test_a_searched_space_is_isolated_and_checked_step_by_step(timed, notes, mon
     kernel = triton.autotune(configs=wrong, key=["n"], check_accuracy=True)(planted)
     launch(kernel, 1000)  # a new key (300's pick is on disk), warm-started from 300
     assert picked(kernel) == {**picked(kernel), **LARGE_BEST, "FAULT": 0}
-    assert "wrong result: argument 'out'" in notes.records[-1].failures[wrong[-1]]
+    assert "wrong result: argument 'out'" in recorder.records[-1].failures[wrong[-1]]
     assert str(wrong[-1]) not in timed.screened() and str(crashing[-1]) not in timed.screened()
 
 

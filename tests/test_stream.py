@@ -9,22 +9,13 @@ candidates are hopeless is known.
 
 import time
 
-import pytest
 import torch
 import triton
-from search_space import BEST, SPACE, copy, forked_prepare, name
+from search_space import BEST, SPACE, bowl, copy, forked_prepare, name
 from test_distributed import run_ranks
-from test_search import Bowl, bowl
 
 import triton_dist_plugin as tdp
 from triton_dist_plugin import engine, forked_compile, precompile, search, stream
-
-
-@pytest.fixture
-def timed(plugins):
-    b = Bowl()
-    plugins(b)
-    return b
 
 
 def make_call_for(n=300):

@@ -15,7 +15,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import DEVICE, Recorder
+from helpers import DEVICE
 
 from triton_dist_plugin import _compat, hookimpl
 
@@ -112,13 +112,6 @@ def _launch(kernel, by, n=N):
     else:
         kernel[grid](x=x, out=out, n=n)
     return x, out
-
-
-@pytest.fixture
-def recorder(plugins):
-    rec = Recorder()
-    plugins(rec)
-    return rec
 
 
 @pytest.mark.parametrize("by", ["position", "keyword"])

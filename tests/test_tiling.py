@@ -11,7 +11,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import DEVICE, Recorder
+from helpers import DEVICE
 
 from kernels import KERNELS
 from triton_dist_plugin import patch
@@ -22,13 +22,6 @@ from triton_dist_plugin.tiling.generate import GenerationError
 #: plugin's hint vocabulary applies where Triton's autotune has no ``hints`` of its own.
 plugin_hints = pytest.mark.skipif("hints" in inspect.signature(patch._ORIGINAL_AUTOTUNE).parameters,
                                   reason="hints= are Triton-Ascend's own here")
-
-
-@pytest.fixture
-def recorder(plugins):
-    rec = Recorder()
-    plugins(rec)
-    return rec
 
 
 def generated(name, **kw):

@@ -9,19 +9,12 @@ inside ``torch.cuda.graph(...)``. Everything else (the kernel, tuning, the fallb
 import pytest
 import torch
 import triton
-from helpers import DEVICE, Recorder
+from helpers import DEVICE
 
 from kernels import KERNELS
 from triton_dist_plugin import untuned
 
 ADD = KERNELS["add"]
-
-
-@pytest.fixture
-def recorder(plugins):
-    rec = Recorder()
-    plugins(rec)
-    return rec
 
 
 @pytest.fixture
