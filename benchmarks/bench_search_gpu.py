@@ -225,18 +225,15 @@ def table(results: dict) -> None:
                          f"({r['pick_ms'] / truth['best_ms'] - 1:+.1%})"))
         elif r:
             rows.append((name, str(r)[:300]))
-    cold, warm = results.get("warm_cold", {}), results.get("warm_warm", {})
-    if "first_call_s" in cold and "first_call_s" in warm:
-        rows.append(("warm start", f"cold {cold['first_call_s']:.2f}s (compiled {cold['compiled']}), warm "
-                     f"{warm['first_call_s']:.2f}s (compiled {warm['compiled']}, screened {warm['screened']}): "
-                     f"{cold['first_call_s'] / warm['first_call_s']:.1f}x; picks {cold['pick_ms']:.4f} / "
-                     f"{warm['pick_ms']:.4f} ms vs best of 48 {cold.get('best_of_48_ms', float('nan')):.4f} ms"))
-    cold, warm = results.get("warm_cold_triton_cache", {}), results.get("warm_warm_triton_cache", {})
-    if "first_call_s" in cold and "first_call_s" in warm:
-        rows.append(("warm, Triton cached", f"cold {cold['first_call_s']:.2f}s (screened {cold['screened']}), warm "
-                     f"{warm['first_call_s']:.2f}s (screened {warm['screened']}): "
-                     f"{cold['first_call_s'] / warm['first_call_s']:.1f}x; picks {cold['pick_ms']:.4f} / "
-                     f"{warm['pick_ms']:.4f} ms"))
+    for label, cold_name, warm_name in (("warm start", "warm_cold", "warm_warm"),
+                                        ("warm, Triton cached", "warm_cold_triton_cache", "warm_warm_triton_cache")):
+        cold, warm = results.get(cold_name, {}), results.get(warm_name, {})
+        if "first_call_s" in cold and "first_call_s" in warm:
+            rows.append((label, f"cold {cold['first_call_s']:.2f}s (compiled {cold['compiled']}, screened "
+                         f"{cold['screened']}), warm {warm['first_call_s']:.2f}s (compiled {warm['compiled']}, "
+                         f"screened {warm['screened']}): {cold['first_call_s'] / warm['first_call_s']:.1f}x; picks "
+                         f"{cold['pick_ms']:.4f} / {warm['pick_ms']:.4f} ms vs best of 48 "
+                         f"{results.get('warm_cold', {}).get('best_of_48_ms', float('nan')):.4f} ms"))
     if truth:
         print(f"truth: {truth.get('valid')} of {truth.get('configs')} configs run; best {truth.get('best')} "
               f"{truth.get('best_ms', float('nan')):.4f} ms")
