@@ -98,3 +98,24 @@ def test_a_compile_far_slower_than_the_rest_of_its_step_is_given_up(monkeypatch,
         monkeypatch.setenv("TRITON_DIST_AUTOTUNE_COMPILE_STRAGGLER", factor)
         assert forked_compile.in_processes(warm, (), {}, [{"BLOCK": b} for b in blocks], list(range(6)), None,
                                            give_up=give_up) is None  # the stage ran out of time, as before
+
+
+def test_one_skipped_on_early_evidence_is_compiled_by_the_workers_once_evidence_changes(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES", "2")
+
+    def warm(BLOCK):
+        time.sleep(2.0 if BLOCK == 512 else 0.2)
+        (tmp_path / str(BLOCK)).touch()
+
+    blocks = [512, 256, 128, 64, 32, 16]  # the workers take them in this order (largest first)
+    arrived, asked = [], []
+
+    def wanted(j):  # 16 looks hopeless until 512, the slowest to compile, has arrived
+        asked.append((j, 0 in arrived))
+        return j != 5 or 0 in arrived
+
+    done = forked_compile.in_processes(warm, (), {}, [{"BLOCK": b} for b in blocks], list(range(6)), None,
+                                       on_compiled=arrived.append, wanted=wanted)
+    assert (5, False) in asked and (5, True) in asked
+    assert done == {} and sorted(arrived) == list(range(6)) and arrived[-1] == 5  # compiled after 512 arrived
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(map(str, blocks))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
 import threading
 import time
 import warnings
@@ -143,7 +144,8 @@ def in_processes(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[di
     ``inputs`` maps a candidate to its own ``(args, meta)`` (see ``precompile.hooked_inputs``);
     ``notes`` receives where the stage's time went. After each arrival the parent asks
     ``wanted(j)`` of every candidate not yet arrived; a worker skips one turned down if it has not
-    started it yet (a compile under way always finishes), and it comes back as ``stream.SKIPPED``.
+    started it yet (a compile under way always finishes), and it comes back as ``stream.SKIPPED``,
+    unless a later arrival makes it wanted again: then it goes back to the workers.
     With ``give_up``, once every other candidate is in, those still compiling after
     ``TRITON_DIST_AUTOTUNE_COMPILE_STRAGGLER`` times the median compile (at least 10 s) are given up
     (their workers killed; Triton writes its cache entries whole, so none is left half-written)
@@ -180,23 +182,36 @@ def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, in
         forked = time.perf_counter() - started
         # Largest candidates first: they compile longest, and the small ones then fill the gaps.
         order = sorted(todo, key=lambda i: -size(launch_kwargs[i]))
-        arrivals = pool.imap_unordered(_compile_in_worker, order, chunksize=1)
+        arrived: queue.SimpleQueue = queue.SimpleQueue()  # (i, reason, begin, end), or a worker's exception
+
+        def submit(j: int) -> None:
+            pool.apply_async(_compile_in_worker, (j,), callback=arrived.put, error_callback=arrived.put)
+
+        for j in order:
+            submit(j)
         while len(results) < len(order):
             try:
-                i, reason, begin, end = arrivals.next(min(0.25, max(0.0, deadline - time.perf_counter())))
-            except multiprocessing.TimeoutError:
+                got = arrived.get(timeout=min(0.25, max(0.0, deadline - time.perf_counter())))
+            except queue.Empty:
                 if time.perf_counter() >= deadline:
-                    raise
+                    raise TimeoutError(f"stage 1 took over {settings.value(PROCESS_TIMEOUT_ENV)}s") from None
                 if factor and _give_up(order, results, skip, begun, factor):
                     notes["gave up"] = sum(r.startswith("gave up") for r, _, _ in results.values() if r)
                 continue
+            if isinstance(got, BaseException):
+                raise got
+            i, reason, begin, end = got
             results[i] = (reason, begin, end)
             if reason is None and on_compiled is not None:
                 on_compiled(i)
-            if wanted is not None:
+            if wanted is not None and reason is None:  # new evidence: judge the rest again
                 for j in order:
-                    if j not in results and not skip[j] and not wanted(j):
-                        skip[j] = 1
+                    if j not in results:
+                        skip[j] = not wanted(j)  # read by a worker only before it starts j
+                    elif results[j][0] == SKIPPED and wanted(j):  # skipped too early: compile it now,
+                        del results[j]  # while the workers are still here
+                        skip[j], begun[j] = 0, 0.0
+                        submit(j)
     except Exception as exc:
         notes["stage 1 ended"] = engine.describe(exc)
         return None

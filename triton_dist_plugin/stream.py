@@ -13,6 +13,8 @@ itself relies on when it never compiles candidates far from its leaders. It is s
 
 - a compile already running is never interrupted (the worker checks only before it starts), so
   Triton's cache never holds half a kernel;
+- each later arrival judges the skipped ones again, and one that now has a promising neighbour
+  goes back to the workers (``forked_compile``); the engine judges once more when the step ends;
 - a skipped candidate is not a failure: it gets no timing, and a later step that asks for it
   compiles it then;
 - the pick is still among the candidates measured fully;
