@@ -13,9 +13,13 @@ printed last, against the ground truth of ``search_truth_gpu.py`` where it has r
   that process's Triton cache, against a cold run given the same Triton cache), with each
   pick's time against the 48 configs' best at that shape (rep 200 ms, measured in the cold
   process).
+  Then a program's second shape: one process tunes 4096^3 and then the second shape (its first
+  call timed), with the warm start on and off.
 - ``large``: the first call over the large space (block sizes 32-256, ``BLOCK_K`` 32-128,
   ``GROUP_M`` 1/8, 2-8 warps, 2-5 stages: 1,152 configs) with ``halving``: seconds, how many
-  candidates were compiled and screened, and the pick's time (rep 200 ms).
+  candidates were compiled and screened, and the pick's time (rep 200 ms). Then the second
+  shape over the large space, cold and warm-started from that run's plugin cache (Triton's cache
+  empty in both), both picks measured in the warm run.
 - ``optuna``: the same with ``TRITON_DIST_AUTOTUNE_SEARCH=optuna``.
 """
 
@@ -143,6 +147,61 @@ def child_tune_first_shape() -> dict:
     return {"first_call_s": seconds, "pick": str(tuned.best_config)}
 
 
+def child_second_in_process() -> dict:
+    """One process tunes ``SHAPE``, then ``SECOND`` (the same decorated kernel, as a program meets
+    a new shape): the second call's seconds, counts and pick. With
+    ``TRITON_DIST_AUTOTUNE_WARM_START=0`` the second shape starts cold, with the first shape's
+    kernels in memory all the same."""
+    import torch
+
+    from kernels import KERNELS
+
+    mm = KERNELS["matmul"]
+    notes: list = []
+    first, tuned, _, _ = tuned_call(mm.configs("cuda"), SHAPE, notes)
+    notes.clear()
+    a, b = inputs(SECOND)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    mm.launch(tuned, a, b)
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    return {"first_shape_s": first, "first_call_s": seconds, "pick": str(tuned.best_config),
+            "pick_ms": careful(mm, tuned.best_config, a, b),
+            "notes": [n for n in notes if "search" in n or "screened" in n], **counts(notes)}
+
+
+def described(config) -> dict:
+    return {"kwargs": config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
+
+
+def child_large_second() -> dict:
+    """``SECOND`` over the large space (cold, or warm from the plugin cache given); with
+    ``TDP_OTHER_PICK`` (another run's pick), both picks measured here, alternating, 3 rounds."""
+    import statistics
+
+    import triton
+
+    from kernels import KERNELS
+
+    mm = KERNELS["matmul"]
+    notes: list = []
+    seconds, tuned, a, b = tuned_call(large_space(), SECOND, notes)
+    out = {"first_call_s": seconds, "pick": str(tuned.best_config), "pick_config": described(tuned.best_config),
+           "notes": [n for n in notes if "search" in n or "screened" in n], **counts(notes)}
+    picks = {"pick_ms": tuned.best_config}
+    if os.environ.get("TDP_OTHER_PICK"):
+        other = json.loads(os.environ["TDP_OTHER_PICK"])
+        picks["other_pick_ms"] = triton.Config(other["kwargs"], num_warps=other["num_warps"],
+                                               num_stages=other["num_stages"])
+    rounds: dict = {name: [] for name in picks}
+    for _ in range(3):
+        for name, config in picks.items():
+            rounds[name].append(careful(mm, config, a, b))
+    out.update({name: statistics.median(times) for name, times in rounds.items()})
+    return out
+
+
 def run_child(name: str, env: dict | None = None, plugin: bool = True, plugin_dir: str | None = None,
               triton_dir: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as cache:
@@ -199,8 +258,18 @@ def main() -> None:
             shutil.copytree(triton_dir, cold_dir, dirs_exist_ok=True)
             step("warm_cold_triton_cache", "warm", triton_dir=cold_dir)
             step("warm_warm_triton_cache", "warm", plugin_dir=kept, triton_dir=triton_dir)
+    if "warm" in parts:  # a program that meets a second shape after the first, in one process
+        step("second_in_process", "second_in_process")
+        step("second_in_process_no_warm", "second_in_process", {"TRITON_DIST_AUTOTUNE_WARM_START": "0"})
     if "large" in parts:
-        step("large_halving", "large")
+        with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tuned_dir:
+            step("large_halving", "large", plugin_dir=tuned_dir)
+            # The second shape over the large space: cold, then warm from the plugin cache of the
+            # run above (Triton's cache empty in both), the cold run's pick measured beside its own.
+            cold = step("large_second_cold", "large_second")
+            if "pick_config" in cold:
+                step("large_second_warm", "large_second", {"TDP_OTHER_PICK": json.dumps(cold["pick_config"])},
+                     plugin_dir=tuned_dir)
     if "optuna" in parts:
         step("large_optuna", "large", {"TRITON_DIST_AUTOTUNE_SEARCH": "optuna"})
     table(results)
@@ -234,6 +303,21 @@ def table(results: dict) -> None:
                          f"screened {warm['screened']}): {cold['first_call_s'] / warm['first_call_s']:.1f}x; picks "
                          f"{cold['pick_ms']:.4f} / {warm['pick_ms']:.4f} ms vs best of 48 "
                          f"{results.get('warm_cold', {}).get('best_of_48_ms', float('nan')):.4f} ms"))
+    same, alone = results.get("second_in_process", {}), results.get("second_in_process_no_warm", {})
+    cold = results.get("warm_cold", {})
+    if "first_call_s" in same and "first_call_s" in cold:
+        rows.append(("second shape, in one", f"after the first shape in the same process {same['first_call_s']:.2f}s "
+                     f"(compiled {same['compiled']}, screened {same['screened']}) vs cold {cold['first_call_s']:.2f}s: "
+                     f"{cold['first_call_s'] / same['first_call_s']:.1f}x; warm start off there: "
+                     f"{alone.get('first_call_s', float('nan')):.2f}s (screened {alone.get('screened')}); picks "
+                     f"{same['pick_ms']:.4f} / {alone.get('pick_ms', float('nan')):.4f} ms"))
+    cold, warm = results.get("large_second_cold", {}), results.get("large_second_warm", {})
+    if "first_call_s" in cold and "first_call_s" in warm:
+        rows.append(("large, second shape", f"cold {cold['first_call_s']:.1f}s (compiled {cold['compiled']}, screened "
+                     f"{cold['screened']}), warm {warm['first_call_s']:.1f}s (compiled {warm['compiled']}, screened "
+                     f"{warm['screened']}): {cold['first_call_s'] / warm['first_call_s']:.1f}x; warm pick "
+                     f"{warm['pick_ms']:.4f} ms vs cold pick {warm.get('other_pick_ms', float('nan')):.4f} ms "
+                     "(both measured in the warm run)"))
     if truth:
         print(f"truth: {truth.get('valid')} of {truth.get('configs')} configs run; best {truth.get('best')} "
               f"{truth.get('best_ms', float('nan')):.4f} ms")
