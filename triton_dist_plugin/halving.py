@@ -10,8 +10,9 @@ compiled: that is how hopeless shapes are left out. A neighbour that failed (out
 say) is stepped across: its own neighbours join the frontier. At a local best it screens one
 more sample, and climbs on from it only if that found better. With a warm start (``request.prior``: the
 nearest tuned key's candidates, fastest first), whatever the space's size, the first step
-screens that ranking's best and the neighbours of its pick (one wave of compiles), and the
-search climbs on only while the best moves. The survivors are then halved through longer rounds
+screens that ranking's best, the neighbours of its pick and the candidates that key never had
+(``request.prior_unseen``: ``configs=[]`` generates per shape) in one wave of compiles, and
+the search climbs on only while the best moves. The survivors are then halved through longer rounds
 by the engine, as for any space.
 """
 
@@ -92,9 +93,11 @@ def halving(request: Any, candidates: list, evaluate: Callable[[list], dict], sp
         rest = [c for c in candidates if c not in screened]
         return rng.sample(rest, min(SAMPLE, len(rest)))
 
-    # A warm start screens the nearest key's best and the neighbours of its pick in one step (one
-    # wave of compiles); a cold one a seeded sample, large enough to land near the good region.
-    step(prior[:WARM_FIRST] + around(prior[:1]) if prior else sample())
+    # A warm start screens the nearest key's best, the neighbours of its pick and what that key
+    # never had (``request.prior_unseen``) in one step (one wave of compiles); a cold one a
+    # seeded sample, large enough to land near the good region.
+    unseen = [c for c in getattr(request, "prior_unseen", None) or [] if id(c) in given]
+    step(prior[:WARM_FIRST] + around(prior[:1]) + unseen if prior else sample())
     restarted = False
     while len(screened) < cap:
         order = ranked(screened)

@@ -69,7 +69,8 @@ def tdp_search(request, candidates, evaluate, space, screen):
     (``TRITON_DIST_AUTOTUNE_SEARCH``; see ``search.py``).
 
     :param request: the :class:`~triton_dist_plugin.requests.TuningRequest`; ``request.prior``
-        holds the nearest tuned key's candidates, fastest first (a warm start), or None;
+        holds the nearest tuned key's candidates, fastest first (a warm start), or None, and
+        ``request.prior_unseen`` those that key's space did not hold (nothing is known of them);
         append to ``request.notes`` to explain the path taken.
     :param candidates: the candidates, in their given order.
     :param evaluate: ``evaluate(subset) -> {candidate: [p50, p20, p80]}``: compiles the

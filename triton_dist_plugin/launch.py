@@ -192,7 +192,7 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
                 seen.add(id(config))
                 bar.update(1)
 
-        request.prior, request.prior_key = warm_start(state, store, key, configs, group)
+        request.prior, request.prior_key, request.prior_unseen = warm_start(state, store, key, configs, group)
         try:
             outcome = engine.run_candidates(request, configs, make_call, method=method, do_bench=do_bench,
                                             group=group, screen=screen_for(instance, do_bench),
@@ -202,6 +202,8 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
             if bar is not None:
                 bar.close()
         state.rankings[key] = [cache.describe(c) for c in search.ranked(outcome.timings)]
+        if len(configs) <= search.whole_limit():
+            state.spaces[key] = [cache.describe(c) for c in configs]
         instance.bench_time = outcome.bench_time
         instance.configs_timings = {c: engine.raw(t) for c, t in outcome.timings.items()}
         instance.cache[key] = outcome.best
@@ -228,7 +230,7 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
     else:
         bench()
         if store is not None and distributed.writes_cache(group):
-            _persist(store, key, outcome, method)
+            _persist(store, state, key, outcome, method)
     best = instance.cache[key]
     timings = getattr(instance, "configs_timings", None) or {}
     # The record holds [p50, p20, p80] lists; configs_timings keeps what the benchmarker returned.
@@ -242,9 +244,11 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
     return best
 
 
-def _persist(store: persist.KernelStore, key: tuple, outcome: engine.Outcome, method: str) -> None:
+def _persist(store: persist.KernelStore, state: KernelState, key: tuple, outcome: engine.Outcome,
+             method: str) -> None:
     try:
-        store.store(key, outcome.best, outcome.timings, outcome.failures, outcome.measured, method, outcome.bench_time)
+        store.store(key, outcome.best, outcome.timings, outcome.failures, outcome.measured, method, outcome.bench_time,
+                    space=state.spaces.get(key))
     except OSError as exc:  # a full disk or an unwritable directory must not lose the tuning
         cache.warn_unwritable(store.name, store.dir, key, exc, stacklevel=5)
 
@@ -267,13 +271,16 @@ def _isolation(instance: Any, state: KernelState, args: tuple, kwargs: dict, con
 
 
 def warm_start(state: KernelState, store: Any, key: tuple, configs: list, group: Any) -> tuple:
-    """``(prior, prior_key)``: ``configs`` as the nearest tuned key ranked them (fastest first),
-    from this process's tunings and the picks on disk; ``(None, None)`` when no tuned key is
-    near (``untuned.nearest``: same non-numeric parts, closest shapes; and within
+    """``(prior, prior_key, unseen)``: ``configs`` as the nearest tuned key ranked them (fastest
+    first), from this process's tunings and the picks on disk, and those of ``configs`` that
+    key's space did not hold where it was small enough to be kept (``configs=[]`` generates per
+    shape: nothing is known of the others); ``(None, None, [])`` when no tuned key is near
+    (``untuned.nearest``: same non-numeric parts, closest shapes; and within
     ``search.WARM_DISTANCE``: shapes at most 16 times apart in all), or with
     ``TRITON_DIST_AUTOTUNE_WARM_START=0``. Under a group every rank takes the group's rank 0's
     (the rank that writes the picks to disk, so the one that holds them)."""
     prior = near = None
+    unseen: list = []
     if settings.value(search.WARM_ENV):
         tuned = {**(store.rankings() if store is not None else {}), **state.rankings}
         tuned.pop(key, None)
@@ -281,12 +288,17 @@ def warm_start(state: KernelState, store: Any, key: tuple, configs: list, group:
         if near is not None and untuned.distance(near, key) <= search.WARM_DISTANCE:
             by_name = {cache.describe(c): c for c in configs}
             prior = [by_name[d] for d in tuned[near] if d in by_name] or None
+            held = state.spaces.get(near) or (store.space(near) if store is not None else None)
+            if prior and held is not None:
+                held = set(held)
+                unseen = [c for d, c in by_name.items() if d not in held]
     if group is not None:  # the ranks tune the same candidates (checked): rank 0's ranking, by position
         position = {id(c): i for i, c in enumerate(configs)}
-        shared = distributed.from_first(group, [[position[id(c)] for c in prior or []], repr(near) if prior else None],
+        shared = distributed.from_first(group, [[position[id(c)] for c in prior or []], repr(near) if prior else None,
+                                                [position[id(c)] for c in unseen]],
                                         f"sharing a warm start for {state.name}")
-        prior, near = [configs[i] for i in shared[0]] or None, shared[1]
-    return prior, (near if prior else None)
+        prior, near, unseen = [configs[i] for i in shared[0]] or None, shared[1], [configs[i] for i in shared[2]]
+    return prior, (near if prior else None), (unseen if prior else [])
 
 
 def _isolated(worker: Any, request: TuningRequest, configs: list, runs: dict, failed: dict) -> dict:

@@ -118,9 +118,16 @@ class KernelStore:
             found[key] = [pick] + [d for d in order if d != pick] if isinstance(pick, str) else order
         return found
 
+    def space(self, key: Any) -> Optional[list]:
+        """The stored key's candidates (descriptions), where its space was small enough to keep."""
+        found = bus.cache_get(self.entry(key))
+        space = found[1].get("space") if found is not None and found[1].get("key") == repr(key) else None
+        return space if isinstance(space, list) else None
+
     def store(self, key: Any, best: Any, timings: dict, failures: dict, measured: list, method: str,
-              bench_time: Optional[float]) -> Path:
-        """Hand the entry to every store (``tdp_cache_put``); a store's ``OSError`` is raised after all."""
+              bench_time: Optional[float], space: Optional[list] = None) -> Path:
+        """Hand the entry to every store (``tdp_cache_put``); a store's ``OSError`` is raised after
+        all. ``space``: every candidate's description (small spaces; for warm starts)."""
         entry = self.entry(key)
         fully = {id(c) for c in measured}
         bus.cache_put(entry, {
@@ -128,6 +135,7 @@ class KernelStore:
             "pick_config": cache.describe(best), "method": method, "bench_time_s": bench_time,
             "candidates": [{"config": cache.describe(c), "ms": _finite(t), "timing": _plain(t),
                             "failure": failures.get(c), "measured": id(c) in fully} for c, t in timings.items()],
+            **({"space": space} if space is not None else {}),
         })
         return entry.path
 

@@ -29,9 +29,11 @@ class TuningRequest:
     #: the ``torch.distributed`` group tuning together (None: this process alone)
     group: Any = None
     #: a warm start: the candidates in the order the nearest tuned key ranked them (fastest
-    #: first), or None; ``prior_key`` is that key
+    #: first), or None; ``prior_key`` is that key; ``prior_unseen``: the candidates that key's
+    #: (small) space did not hold, such as those ``configs=[]`` generated for this shape only
     prior: Optional[list] = None
     prior_key: Any = None
+    prior_unseen: list = field(default_factory=list)
 
 
 @dataclass

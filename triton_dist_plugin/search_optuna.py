@@ -7,7 +7,7 @@ told that candidate's time. A failed candidate (out of resources, a compile give
 the worst time seen so far: TPE leaves failed trials out of its model, and kept proposing more of
 the region that fails (a failed trial only while nothing has worked yet). The sampler is seeded from the
 kernel and key and told only reduced timings, so every rank of a group proposes the same
-batches. A warm start's best candidates are enqueued first. The search ends after
+batches. A warm start's best candidates (and those its key never had) are enqueued first. The search ends after
 ``PATIENCE`` batches without a gain of 1%, when every candidate was screened, or at
 ``TRITON_DIST_AUTOTUNE_SEARCH_BUDGET`` candidates (without one: eight batches, 256 candidates;
 each batch waits for its slowest compile, so many batches cost more than their compiles).
@@ -47,7 +47,8 @@ def tpe(request: Any, candidates: list, evaluate: Callable[[list], dict], space:
     distributions = search_space(space)
     position = {id(c): i for i, c in enumerate(candidates)}
     prior = [c for c in (getattr(request, "prior", None) or []) if id(c) in position][: search.WARM_FIRST]
-    for c in prior:
+    unseen = [c for c in getattr(request, "prior_unseen", None) or [] if id(c) in position] if prior else []
+    for c in prior + unseen:
         study.enqueue_trial(dict(zip(space.names, space.coords[position[id(c)]])))
     screened: dict = {}
     best, stale = math.inf, 0
