@@ -80,24 +80,13 @@ def _count(raw: str) -> Optional[int]:
     return value
 
 
-def _seconds(default: float) -> Callable[[str], float]:
+def _number(default: float, zero: bool = False) -> Callable[[str], float]:
+    """A finite number above 0 (``zero``: at least 0); unset means ``default``."""
     def parse(raw: str) -> float:
         if raw.strip() == "":
             return default
         value = float(raw.strip())
-        if not value > 0 or value != value or value == float("inf"):
-            raise ValueError
-        return value
-
-    return parse
-
-
-def _factor(default: float) -> Callable[[str], float]:
-    def parse(raw: str) -> float:
-        if raw.strip() == "":
-            return default
-        value = float(raw.strip())
-        if not 0 <= value < float("inf"):
+        if not (value >= 0 if zero else value > 0) or value == float("inf"):  # NaN fails both
             raise ValueError
         return value
 
@@ -154,17 +143,17 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TRITON_DIST_AUTOTUNE_COMPILE_WORKERS", "count", "CPU count",
             "threads that compile what the workers did not", _count, "a whole number >= 0, such as 8"),
     Setting("TRITON_DIST_AUTOTUNE_COMPILE_TIMEOUT", "seconds", "`300`",
-            "seconds the forked workers get before the rest compiles in threads", _seconds(300.0),
+            "seconds the forked workers get before the rest compiles in threads", _number(300.0),
             "a positive number of seconds, such as 300"),
     Setting("TRITON_DIST_AUTOTUNE_COMPILE_STRAGGLER", "number", "`5`",
             "a candidate still compiling once the rest of its step is in, after this many times the step's "
             "median compile (and at least 10 s), is given up and never timed (not under a tuning group); "
-            "`0`: wait for every compile", _factor(5.0), "a number >= 0, such as 5"),
+            "`0`: wait for every compile", _number(5.0, zero=True), "a number >= 0, such as 5"),
     Setting("TRITON_DIST_DIRECT_LAUNCH", "flag", "on",
             "`0`: cache-hit launches go through `JITFunction.run` instead of the direct launcher", _flag(True),
             "1/true/yes/on/y or 0/false/no/off/n"),
     Setting("TRITON_DIST_AUTOTUNE_TIMEOUT", "seconds", "`300`",
-            "how long each collective of distributed tuning waits for the other ranks", _seconds(300.0),
+            "how long each collective of distributed tuning waits for the other ranks", _number(300.0),
             "a positive number of seconds, such as 300"),
     Setting("TRITON_DIST_AUTOTUNE_REDUCE", "choice", "`max`",
             "how ranks of a tuning group combine timings: `max` (every rank times, the slowest counts) or "
@@ -181,7 +170,7 @@ SETTINGS: tuple[Setting, ...] = (
             "run each candidate once in a spawned worker first, so one that crashes or hangs fails there, not "
             "in this process; `1`: for every kernel, `0`: never", _optional_bit, "0 or 1 (unset: generated only)"),
     Setting("TRITON_DIST_AUTOTUNE_ISOLATE_TIMEOUT", "seconds", "`30`",
-            "how long one candidate may run in the isolation worker before it counts as hung", _seconds(30.0),
+            "how long one candidate may run in the isolation worker before it counts as hung", _number(30.0),
             "a positive number of seconds, such as 30"),
     Setting("TRITON_DIST_AUTOTUNE_MANIFEST", "path", "unset",
             "a manifest from `triton-dist-tune export`, imported into the cache before the first lookup; entries "
