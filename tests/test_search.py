@@ -175,8 +175,8 @@ def test_a_warm_start_comes_only_from_a_near_key_with_the_same_dtypes():
 
     class State:
         name = "copy"
-        rankings = {(300, "torch.float32"): [cache.describe(SPACE[3]), cache.describe(SPACE[0])]}
-        spaces = {(300, "torch.float32"): [cache.describe(c) for c in SPACE[:-1]]}
+        rankings = {(300, "torch.float32"): ([cache.describe(SPACE[3]), cache.describe(SPACE[0])],
+                                             [cache.describe(c) for c in SPACE[:-1]])}
 
     prior, near, unseen = launch.warm_start(State, None, (1000, "torch.float32"), SPACE, None)
     assert near == (300, "torch.float32") and prior[:2] == [SPACE[3], SPACE[0]] and unseen == [SPACE[-1]]

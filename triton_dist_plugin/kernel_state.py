@@ -49,7 +49,7 @@ class KernelState:
     """
 
     __slots__ = ("arg_names", "arg_set", "keys", "key_pos", "key_get", "min_args", "launch", "name", "fast",
-                 "cache_len", "generate", "hints", "crossed", "interpreted", "rankings", "spaces", "__weakref__")
+                 "cache_len", "generate", "hints", "crossed", "interpreted", "rankings", "__weakref__")
 
     def __init__(self, tuner: Any):
         self.arg_names = list(tuner.arg_names)
@@ -67,8 +67,9 @@ class KernelState:
         self.interpreted = _compat.is_interpreted(tuner.fn)
         self.hints = tuner.__dict__.get("tdp_hints") or {}
         self.crossed = False
-        self.rankings: dict = {}  # key -> its candidates' descriptions, fastest first (warm starts)
-        self.spaces: dict = {}  # key -> every candidate's description, for a small space (warm starts)
+        # key -> (its candidates' descriptions, fastest first; every candidate's description where
+        # the space was small, else None), for warm starts
+        self.rankings: dict = {}
         flag = tuner.__dict__.get("tdp_generate")
         if flag is None:  # decorated before activation: configs=[] left upstream's single empty Config
             flag = len(tuner.configs) == 1 and not tuner.configs[0].kwargs and _has_open_tiles(tuner)

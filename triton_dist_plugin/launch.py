@@ -201,9 +201,8 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
         finally:
             if bar is not None:
                 bar.close()
-        state.rankings[key] = [cache.describe(c) for c in search.ranked(outcome.timings)]
-        if len(configs) <= search.whole_limit():
-            state.spaces[key] = [cache.describe(c) for c in configs]
+        state.rankings[key] = ([cache.describe(c) for c in search.ranked(outcome.timings)],
+                               [cache.describe(c) for c in configs] if len(configs) <= search.whole_limit() else None)
         instance.bench_time = outcome.bench_time
         instance.configs_timings = {c: engine.raw(t) for c, t in outcome.timings.items()}
         instance.cache[key] = outcome.best
@@ -248,7 +247,7 @@ def _persist(store: persist.KernelStore, state: KernelState, key: tuple, outcome
              method: str) -> None:
     try:
         store.store(key, outcome.best, outcome.timings, outcome.failures, outcome.measured, method, outcome.bench_time,
-                    space=state.spaces.get(key))
+                    space=state.rankings[key][1])
     except OSError as exc:  # a full disk or an unwritable directory must not lose the tuning
         cache.warn_unwritable(store.name, store.dir, key, exc, stacklevel=5)
 
@@ -287,8 +286,8 @@ def warm_start(state: KernelState, store: Any, key: tuple, configs: list, group:
         near = untuned.nearest(list(tuned), key)
         if near is not None and untuned.distance(near, key) <= search.WARM_DISTANCE:
             by_name = {cache.describe(c): c for c in configs}
-            prior = [by_name[d] for d in tuned[near] if d in by_name] or None
-            held = state.spaces.get(near) or (store.space(near) if store is not None else None)
+            ranking, held = tuned[near]
+            prior = [by_name[d] for d in ranking if d in by_name] or None
             if prior and held is not None:
                 held = set(held)
                 unseen = [c for d, c in by_name.items() if d not in held]

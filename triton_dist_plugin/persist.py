@@ -108,21 +108,18 @@ class KernelStore:
                 if record.get("pick_config") in described}
 
     def rankings(self) -> dict:
-        """``{key: [description, ...]}``: each stored key's candidates, fastest first, the pick
-        leading (for warm starts)."""
+        """``{key: (ranking, space)}``: each stored key's candidates (descriptions), fastest first,
+        the pick leading, and every candidate of its space where that was kept (else None); for
+        warm starts."""
         found = {}
         for key, record in self._records():
             rows = [c for c in record.get("candidates", []) if isinstance(c, dict) and isinstance(c.get("ms"), float)]
             order = [c.get("config") for c in sorted(rows, key=lambda c: c["ms"])]
             pick = record.get("pick_config")
-            found[key] = [pick] + [d for d in order if d != pick] if isinstance(pick, str) else order
+            space = record.get("space")
+            found[key] = ([pick] + [d for d in order if d != pick] if isinstance(pick, str) else order,
+                          space if isinstance(space, list) else None)
         return found
-
-    def space(self, key: Any) -> Optional[list]:
-        """The stored key's candidates (descriptions), where its space was small enough to keep."""
-        found = bus.cache_get(self.entry(key))
-        space = found[1].get("space") if found is not None and found[1].get("key") == repr(key) else None
-        return space if isinstance(space, list) else None
 
     def store(self, key: Any, best: Any, timings: dict, failures: dict, measured: list, method: str,
               bench_time: Optional[float], space: Optional[list] = None) -> Path:
