@@ -69,7 +69,6 @@ def careful(mm, config, a, b, rep=200) -> float:
 
 def tuned_call(configs, shape, notes: list):
     """Decorate, make inputs, time the first call; ``(seconds, tuner, a, b)``."""
-    import torch
     import triton
 
     from kernels import KERNELS
@@ -85,12 +84,22 @@ def tuned_call(configs, shape, notes: list):
         register(Notes())
     mm = KERNELS["matmul"]
     tuned = triton.autotune(configs=configs, key=mm.key)(mm.jit)
+    seconds, a, b = timed_first_call(tuned, shape)
+    return seconds, tuned, a, b
+
+
+def timed_first_call(tuned, shape) -> tuple:
+    """Make inputs of ``shape`` and time ``tuned``'s (synchronised) call on them; ``(seconds, a, b)``."""
+    import torch
+
+    from kernels import KERNELS
+
     a, b = inputs(shape)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    mm.launch(tuned, a, b)
+    KERNELS["matmul"].launch(tuned, a, b)
     torch.cuda.synchronize()
-    return time.perf_counter() - t0, tuned, a, b
+    return time.perf_counter() - t0, a, b
 
 
 def counts(notes: list) -> dict:
@@ -152,20 +161,13 @@ def child_second_in_process() -> dict:
     a new shape): the second call's seconds, counts and pick. With
     ``TRITON_DIST_AUTOTUNE_WARM_START=0`` the second shape starts cold, with the first shape's
     kernels in memory all the same."""
-    import torch
-
     from kernels import KERNELS
 
     mm = KERNELS["matmul"]
     notes: list = []
     first, tuned, _, _ = tuned_call(mm.configs("cuda"), SHAPE, notes)
     notes.clear()
-    a, b = inputs(SECOND)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    mm.launch(tuned, a, b)
-    torch.cuda.synchronize()
-    seconds = time.perf_counter() - t0
+    seconds, a, b = timed_first_call(tuned, SECOND)
     return {"first_shape_s": first, "first_call_s": seconds, "pick": str(tuned.best_config),
             "pick_ms": careful(mm, tuned.best_config, a, b),
             "notes": [n for n in notes if "search" in n or "screened" in n], **counts(notes)}
