@@ -265,8 +265,7 @@ def test_a_warm_start_also_screens_what_the_nearest_key_never_had(timed, recorde
     launch(kernel, 1000)  # BLOCK 16-128: the 20 with BLOCK 128 are new
     warm = set(timed.screened())
     assert {str(c) for c in SPACE if c.kwargs["BLOCK"] == 128} <= warm and len(warm) < 80
-    assert any("starting from the nearest tuned key (1000," in n or "starting from the nearest tuned key (300,"
-               in n for n in recorder.records[-1].notes)
+    assert any("starting from the nearest tuned key (300," in n for n in recorder.records[-1].notes)
     # From disk, in a tuner that has tuned nothing itself: the nearest key's space is read from its entry.
     timed.timed.clear()
     again = triton.autotune(configs=SPACE, key=["n"], prune_configs_by={"early_config_prune": prune})(copy)
