@@ -63,9 +63,27 @@ def test_a_bad_setting_stops_tuning_before_any_candidate_runs(monkeypatch, plugi
     monkeypatch.setenv("TRITON_DIST_AUTOTUNE_TIMEOUT", "abc")
     kernel = triton.autotune(configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], key=["n"])(_copy)
     x, y = torch.randn(100, device=DEVICE), torch.zeros(100, device=DEVICE)
-    with pytest.raises(tdp.SettingError, match="TRITON_DIST_AUTOTUNE_TIMEOUT='abc'.*positive number of seconds"):
+    with pytest.raises(tdp.SettingError, match="TRITON_DIST_AUTOTUNE_TIMEOUT='abc'.*seconds from 0.001 to 86400"):
         kernel[lambda m: (triton.cdiv(100, m["BLOCK"]),)](x, y, 100)
     assert recorder.timed == [] and not kernel.cache
     monkeypatch.delenv("TRITON_DIST_AUTOTUNE_TIMEOUT")
     kernel[lambda m: (triton.cdiv(100, m["BLOCK"]),)](x, y, 100)
     assert torch.equal(x, y)
+
+
+SECONDS = [s.name for s in settings.SETTINGS if s.kind == "seconds"]
+
+
+@pytest.mark.parametrize("name", SECONDS)
+@pytest.mark.parametrize("raw", ["0.0004", "1e14", "0", "-5", "nan", "inf"])
+def test_a_timeout_below_a_millisecond_or_above_a_day_is_refused_with_its_name(name, raw, monkeypatch):
+    monkeypatch.setenv(name, raw)
+    with pytest.raises(tdp.SettingError, match=f"{name}='{raw}' is not valid.*from 0.001 to 86400"):
+        settings.validate()
+
+
+@pytest.mark.parametrize("name", SECONDS)
+def test_timeouts_at_the_bounds_are_taken(name, monkeypatch):
+    for raw, value in (("0.001", 0.001), ("86400", 86400.0)):
+        monkeypatch.setenv(name, raw)
+        assert settings.value(name) == value

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 import threading
+import warnings
 from typing import Any, Callable, Optional
 
 import pluggy
 
-from . import distributed, filestore, hookspecs, report, timing
+from . import distributed, filestore, hookspecs, records, report, timing
 from .hookspecs import PROJECT, hookimpl  # noqa: F401  (re-exported: triton_dist_plugin.hookimpl)
 from .tiling.generate import BuiltinGenerator
 
@@ -106,7 +107,10 @@ def first_result(hook_name: str, check: Callable[[Any], Any], **kwargs: Any) -> 
 
 
 def cache_get(entry: Any) -> Optional[tuple[str, dict]]:
-    """``(store name, record)`` from the first store that has ``entry`` (``tdp_cache_get``), or None."""
+    """``(store name, record)`` from the first store that has a valid record for ``entry``
+    (``tdp_cache_get``), or None. Every record passes ``records.check`` here, whatever store it
+    came from: an invalid one is warned about (naming the store) and the next store is asked;
+    the key is then re-tuned and its entry replaced."""
     for impl in _impls("tdp_cache_get"):
         record = _call(impl, {"entry": entry})
         if record is None:
@@ -114,7 +118,13 @@ def cache_get(entry: Any) -> Optional[tuple[str, dict]]:
         if not isinstance(record, dict):
             raise PluginError(f"plugin {impl.plugin_name!r} returned {type(record).__name__} from tdp_cache_get; "
                               "expected the stored JSON object (a dict) or None")
-        return impl.plugin_name, record
+        try:
+            return impl.plugin_name, records.check(record, entry.kind)
+        except records.RecordError as exc:
+            place = entry.path if impl.plugin_name == filestore.NAME else \
+                f"{entry.kind}:{entry.name}:{entry.digest} from the store {impl.plugin_name!r}"
+            warnings.warn(f"invalid autotune cache entry {place} ({exc}); ignoring it, it will be re-tuned and "
+                          "replaced", RuntimeWarning, stacklevel=4)
     return None
 
 

@@ -21,19 +21,31 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from . import bus, filestore, settings
+from . import bus, filestore, fingerprint, records, settings
 from .requests import CacheEntry
 
 ROOT_ENV = "TRITON_DIST_AUTOTUNE_DIR"
 ALWAYS_TUNE_ENV = "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE"
 VERSION_CHECK_ENV = "TRITON_DIST_AUTOTUNE_VERSION_CHECK"
-FORMAT = 1
+FORMAT = records.FORMAT
 
 
 def cache_root() -> Path:
     if settings.value(ROOT_ENV):
         return Path(settings.value(ROOT_ENV))
     return Path(os.environ.get("HOME") or os.path.expanduser("~")) / ".triton_dist" / "autotune"
+
+
+def kernel_root() -> Path:
+    """The configured directory the kernel-level picks live below: ``TRITON_DIST_AUTOTUNE_DIR``
+    when set, else Triton's cache directory (so clearing or moving it resets them, as it does
+    upstream's ``cache_results``)."""
+    return cache_root() if settings.value(ROOT_ENV) else fingerprint.triton_cache_dir()
+
+
+def kernel_base() -> Path:
+    """The folder holding ``kernels/`` (what a manifest's kernel entries are relative to)."""
+    return cache_root() if settings.value(ROOT_ENV) else fingerprint.triton_cache_dir() / "triton_dist"
 
 
 def safe_name(name: str) -> str:
@@ -44,18 +56,69 @@ def safe_name(name: str) -> str:
     return safe
 
 
-def describe(value: Any) -> str:
-    """A stable text for a config-space value (``repr`` of a ``triton.Config`` holds an address)."""
+def describe(value: Any, _seen: frozenset = frozenset()) -> str:
+    """A text for a config-space value that is the same in every process, so a stored pick is
+    found again: ``repr`` where it holds no address; a ``triton.Config`` by its fields; functions,
+    classes and methods by qualified name (a lambda or nested function with a digest of its code,
+    defaults and closure, so two of them differ); ``functools.partial`` by its parts; torch dtypes
+    and devices by ``str``; any other object whose ``repr`` holds an address by its type and a
+    digest of its ``__dict__``. ``_seen`` stops at objects reached again through themselves."""
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k!r}: {describe(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{k!r}: {describe(v, _seen)}" for k, v in value.items()) + "}"
     if isinstance(value, (list, tuple)):
-        inner = ", ".join(describe(v) for v in value)
+        inner = ", ".join(describe(v, _seen) for v in value)
         return f"[{inner}]" if isinstance(value, list) else f"({inner})"
     if hasattr(value, "all_kwargs"):
         hook = getattr(value, "pre_hook", None)
         extra = f", pre_hook={getattr(hook, '__qualname__', hook)}" if hook is not None else ""
         return f"Config({', '.join(f'{k}={v!r}' for k, v in value.all_kwargs().items())}{extra})"
-    return repr(value)
+    kind = type(value)
+    if kind.__module__ == "torch" and kind.__name__ in ("dtype", "device"):
+        return str(value)
+    if id(value) in _seen:
+        return f"<cycle: {kind.__module__}.{kind.__qualname__}>"
+    seen = _seen | {id(value)}
+
+    def digest(parts: list) -> str:
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
+
+    def code_text(code: Any) -> str:  # bytecode, constants and names: no address, no line numbers
+        consts = [code_text(c) if inspect.iscode(c) else
+                  "{" + ", ".join(sorted(describe(v, seen) for v in c)) + "}" if isinstance(c, frozenset) else
+                  describe(c, seen) for c in code.co_consts]
+        return digest([code.co_code.hex(), *consts, *code.co_names, *code.co_varnames, *code.co_freevars])
+
+    def cell(c: Any) -> str:
+        try:
+            return describe(c.cell_contents, seen)
+        except ValueError:  # a cell not yet assigned
+            return "<empty>"
+
+    if inspect.ismethod(value):
+        return f"{describe(value.__func__, seen)} of {describe(value.__self__, seen)}"
+    if isinstance(value, functools.partial):
+        parts = [describe(value.func, seen), *(describe(a, seen) for a in value.args),
+                 *(f"{k}={describe(v, seen)}" for k, v in value.keywords.items())]
+        return f"functools.partial({', '.join(parts)})"
+    if isinstance(value, type) or inspect.isroutine(value):
+        owner = getattr(value, "__self__", None)  # a built-in method's object (a module for functions)
+        module = getattr(value, "__module__", None) or getattr(getattr(value, "__objclass__", type(owner)),
+                                                               "__module__", "builtins")
+        name = f"{module}.{getattr(value, '__qualname__', getattr(value, '__name__', kind.__qualname__))}"
+        code = getattr(value, "__code__", None)
+        if code is not None and "<" in name:  # <lambda>, <locals>: the name alone is not unique
+            name += "#" + digest([code_text(code), describe(getattr(value, "__defaults__", None), seen),
+                                  describe(getattr(value, "__kwdefaults__", None), seen),
+                                  *(cell(c) for c in getattr(value, "__closure__", None) or ())])
+        if owner is not None and not inspect.ismodule(owner) and not isinstance(owner, type):
+            name += f" of {describe(owner, seen)}"
+        return name
+    text = repr(value)
+    if " at 0x" not in text:
+        return text
+    state = getattr(value, "__dict__", None)
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    return f"{name}#{digest([describe(state, seen)])}" if isinstance(state, dict) else name
 
 
 def _source_of(obj: Any) -> str:
@@ -150,17 +213,20 @@ def _driver_version() -> Optional[str]:
     return found.group(1) if found else first.strip()
 
 
-def entry_digest(source: str, hw: dict, key: Any) -> str:
-    """The stable id of an entry: one per (source, hardware, key), the same on every host."""
-    digest = hashlib.sha256(json.dumps([source, hw, repr(key)], sort_keys=True, default=str).encode())
-    return digest.hexdigest()[:32]
+def entry_digest(source: str, hw: dict, key_text: str, context: Optional[dict] = None) -> str:
+    """The stable id of an entry: one per (source, hardware, key as stored (its ``repr``), and
+    ``context``: what else the pick depends on), the same on every host; a manifest's entries are
+    checked against it."""
+    parts = [source, hw, key_text] + ([context] if context is not None else [])
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def cache_entry(kind: str, name: str, directory: Path, source: str, hw: dict, key: Any) -> CacheEntry:
+def cache_entry(kind: str, name: str, directory: Path, source: str, hw: dict, key: Any,
+                context: Optional[dict] = None, root: Optional[Path] = None) -> CacheEntry:
     """What the store hooks get for ``key``: its id, and its file under ``directory`` (one file
-    per source, hardware and key)."""
-    digest = entry_digest(source, hw, key)
-    return CacheEntry(kind, name, digest, directory / f"{digest}.json")
+    per source, hardware, key and context), below ``root``, where the file store's checks start."""
+    digest = entry_digest(source, hw, repr(key), context)
+    return CacheEntry(kind, name, digest, directory / f"{digest}.json", root=root)
 
 
 def where(entry: CacheEntry, store: str) -> str:
@@ -170,9 +236,10 @@ def where(entry: CacheEntry, store: str) -> str:
     return f"{entry.kind}:{entry.name}:{entry.digest} (from the store {store!r})"
 
 
-def entry_header(field: str, name: str, key: Any, source: str, hw: dict) -> dict:
+def entry_header(field: str, name: str, key: Any, source: str, hw: dict, context: Optional[dict] = None) -> dict:
     """The fields every entry starts with (``field`` names what was tuned: function or kernel)."""
     return {"format": FORMAT, field: name, "key": repr(key), "source": source, "hardware": hw,
+            **({"context": context} if context is not None else {}),
             "versions": versions(), "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat()}
 
 
@@ -199,7 +266,7 @@ class FunctionCache:
         self.dir = cache_root() / safe_name(directory or name)
 
     def entry(self, key: Any) -> CacheEntry:
-        return cache_entry("function", self.name, self.dir, self.source, self.hw, key)
+        return cache_entry("function", self.name, self.dir, self.source, self.hw, key, root=cache_root())
 
     def path(self, key: Any) -> Path:
         return self.entry(key).path
@@ -231,9 +298,10 @@ class FunctionCache:
 
     def log(self, key: Any, text: str) -> None:
         """Append ``text`` to the ``.log`` beside the entry's file: local only, and only where the
-        directory exists (a log alone must not create a cache directory nothing else uses)."""
+        directory exists (a log alone must not create a cache directory nothing else uses); in
+        one write that a full disk cannot tear, never through a link."""
+        entry = self.entry(key)
         try:
-            with open(self.path(key).with_suffix(".log"), "a") as f:
-                f.write(text)
+            filestore.append_line(entry.path.with_suffix(".log"), text, root=entry.root, create=False)
         except OSError:
             pass

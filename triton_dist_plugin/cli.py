@@ -10,9 +10,12 @@
     triton-dist-tune pretune MODULE:FUNCTION --cases FILE.json|MODULE:CALLABLE
 
 Function-level entries live under ``$HOME/.triton_dist/autotune`` (``TRITON_DIST_AUTOTUNE_DIR``),
-and the plugin's kernel-level picks under its ``kernels/`` folder; kernel-level entries also come
-from Triton's own ``*.autotune.json`` files (``cache_results=True`` or ``TRITON_CACHE_AUTOTUNING=1``)
-under ``TRITON_CACHE_DIR`` (default ``$HOME/.triton/cache``).
+and the plugin's kernel-level picks under ``triton_dist/kernels/`` in Triton's cache directory
+(``TRITON_CACHE_DIR``, default ``$HOME/.triton/cache``; under ``TRITON_DIST_AUTOTUNE_DIR/kernels``
+when that is set); kernel-level entries also come from Triton's own ``*.autotune.json`` files
+(``cache_results=True`` or ``TRITON_CACHE_AUTOTUNING=1``) in Triton's cache directory. Every entry
+read passes the same check as at a launch (``records.check``); one that does not is skipped with
+its reason.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from . import cache, filestore, manifest, persist, untuned
+from . import cache, filestore, fingerprint, manifest, persist, records, untuned
 
 
 @dataclass
@@ -45,56 +48,52 @@ class Entry:
 
 
 def kernel_cache_root() -> Path:
-    if os.environ.get("TRITON_CACHE_DIR"):
-        return Path(os.environ["TRITON_CACHE_DIR"])
-    return Path(os.environ.get("HOME") or os.path.expanduser("~")) / ".triton" / "cache"
+    return fingerprint.triton_cache_dir()
 
 
 def _ms(value) -> Optional[float]:
     if isinstance(value, (list, tuple)) and value:
         value = value[0]
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value) if math.isfinite(float(value)) else None
+    except OverflowError:  # a JSON integer too large for a float
+        return None
 
 
 def _skip(path: Path, reason: str) -> None:
     print(f"triton-dist-tune: skipping {path}: {reason}", file=sys.stderr)
 
 
-def _check(record: dict, fields: dict) -> None:
-    """Raise ``ValueError`` naming the first field of ``record`` that has another type."""
-    for name, kind in fields.items():
-        if name in record and not isinstance(record[name], kind):
-            raise ValueError(f"field {name!r} is {type(record[name]).__name__}, expected {kind.__name__}")
-
-
 def function_entries() -> list[Entry]:
-    return _plugin_entries("function", "*/*.json", "function")
+    return _plugin_entries("function", cache.cache_root(), "*/*.json")
 
 
 def persisted_kernel_entries() -> list[Entry]:
     """The kernel-level picks the plugin keeps (``persist.py``)."""
-    return _plugin_entries("kernel", f"{persist.DIRECTORY}/*/*.json", "kernel")
+    return _plugin_entries("kernel", cache.kernel_base(), f"{persist.DIRECTORY}/*/*.json")
 
 
-def _plugin_entries(kind: str, pattern: str, name_field: str) -> list[Entry]:
+def _plugin_entries(kind: str, folder: Path, pattern: str) -> list[Entry]:
     out = []
-    for path in sorted(cache.cache_root().glob(pattern)):
-        rec = filestore.read_json(path)
-        if rec is None or ("pick" not in rec and "pick_config" not in rec):
+    root = cache.kernel_root() if kind == "kernel" else cache.cache_root()
+    for path in sorted(folder.glob(pattern)):
+        if path.is_symlink() or path.parent.is_symlink():
+            continue  # never followed (the file store refuses them too)
+        rec = filestore.read_json(path, root)
+        if rec is None:
             continue
         try:
-            _check(rec, {name_field: str, "key": str, "pick_config": str, "timestamp": str, "candidates": list})
-            if not all(isinstance(c, dict) for c in rec.get("candidates", [])):
-                raise ValueError("field 'candidates' holds something other than objects")
-            cands = [{"config": str(c.get("config")), "ms": _ms(c.get("ms")), "failure": c.get("failure"),
-                      "measured": c.get("measured", True) is not False} for c in rec.get("candidates", [])]
-        except ValueError as exc:
+            records.check(rec, kind)
+        except records.RecordError as exc:
             _skip(path, str(exc))
             continue
+        cands = [{"config": c["config"], "ms": _ms(c.get("ms")), "failure": c.get("failure"),
+                  "measured": c.get("measured", True) is not False} for c in rec["candidates"]]
         best = min((c["ms"] for c in cands if c["ms"] is not None), default=None)
-        out.append(Entry(kind, rec.get(name_field, path.parent.name), rec.get("key", "?"),
-                         rec.get("pick_config", "?"), best, rec.get("timestamp", ""), str(path), cands,
-                         manifest.entry(path, rec)))
+        out.append(Entry(kind, rec[kind], rec["key"], rec["pick_config"], best, rec["timestamp"], str(path), cands,
+                         manifest.entry(path, rec, kind)))
     return out
 
 
@@ -109,8 +108,8 @@ def kernel_entries() -> list[Entry]:
         try:
             cands = [_kernel_candidate(item) for item in _pairs(rec["configs_timings"])]
             when = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc).isoformat()
-        except (ValueError, OSError) as exc:
-            _skip(path, str(exc))
+        except (ValueError, OSError, RecursionError) as exc:
+            _skip(path, "nested too deeply" if isinstance(exc, RecursionError) else str(exc))
             continue
         valid = [c for c in cands if c["ms"] is not None]
         best = min(valid, key=lambda c: c["ms"]) if valid else None
@@ -148,7 +147,8 @@ def _fmt(ms: Optional[float]) -> str:
 
 def cmd_list(entries: list[Entry]) -> str:
     if not entries:
-        return f"nothing tuned yet (looked in {cache.cache_root()} and {kernel_cache_root()})"
+        return (f"nothing tuned yet (looked in {cache.cache_root()}, {cache.kernel_base() / persist.DIRECTORY} and "
+                f"{kernel_cache_root()})")
     rows = [[e.kind, e.name, e.key, e.pick, _fmt(e.best_ms), e.when[:19]] for e in entries]
     return _table(rows, ["kind", "name", "key", "pick", "best ms", "when (UTC)"])
 
@@ -229,7 +229,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 1
         for reason in skipped:
             print(f"triton-dist-tune import: skipped {reason}", file=sys.stderr)
-        print(f"imported {written} entries into {cache.cache_root()}; {present} were already there, "
+        print(f"imported {written} entries into {cache.cache_root()} and {cache.kernel_base() / persist.DIRECTORY}; "
+              f"{present} were already there, "
               f"{len(skipped)} skipped")
         return 0
     if args.command == "pretune":
@@ -272,8 +273,14 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"no entry matches {args.name!r}; `triton-dist-tune list` shows what exists", file=sys.stderr)
             return 1
         for e in entries:
-            for path in (Path(e.path), Path(e.path).with_suffix(".log"), Path(e.path + ".lock")):
-                filestore.with_suppress(os.unlink, path)
+            log = Path(e.path).with_suffix(".log")
+            for path in (Path(e.path), log, Path(e.path + ".lock"), Path(f"{log}.lock")):
+                filestore.with_suppress(os.unlink, path)  # unlink removes a link itself, never its target
+        if args.all:  # and what the store left: temporaries of writers that died, every lock file
+            filestore.sweep(cache.cache_root(), root=cache.cache_root())
+            kernels = cache.kernel_base() / persist.DIRECTORY
+            if kernels.is_dir():
+                filestore.sweep(kernels, root=cache.kernel_root())
         print(f"cleared {len(entries)} entries")
     return 0
 

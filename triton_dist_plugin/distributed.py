@@ -146,13 +146,13 @@ def _wait(work: Any, what: str) -> None:
     except RuntimeError as exc:
         waited = time.monotonic() - started
         if waited < 0.9 * limit:  # not the timeout: a peer went away (its connection closed or reset)
-            raise RuntimeError(f"{what}: the collective failed after {waited:.1f}s, well before the {limit:.0f}s "
+            raise RuntimeError(f"{what}: the collective failed after {waited:.1f}s, well before the {limit:g}s "
                                f"timeout ({TIMEOUT_ENV}): another rank exited, crashed or closed its connection "
                                f"({exc})") from exc
-        raise RuntimeError(f"{what}: no agreement across ranks within {limit:.0f}s ({TIMEOUT_ENV}); another "
+        raise RuntimeError(f"{what}: no agreement across ranks within {limit:g}s ({TIMEOUT_ENV}); another "
                            f"rank failed, diverged or did not enter tuning ({exc})") from exc
     if ok is False:
-        raise RuntimeError(f"{what}: timed out after {limit:.0f}s ({TIMEOUT_ENV})")
+        raise RuntimeError(f"{what}: timed out after {limit:g}s ({TIMEOUT_ENV})")
 
 
 def all_reduce_max(values: list[float], group: Any, what: str = "timing reduction") -> list[float]:

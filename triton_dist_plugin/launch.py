@@ -143,8 +143,11 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
     make_call = make_call_factory(instance, state, args, kwargs, pre, post)
     outcome = None
     group = distributed.kernel_group()
-    store = persist.KernelStore(state.name, instance.fn, request.device, distributed.world_size(group)) if \
-        persist.enabled(instance) else None
+    # Keyed on every check it is made with: a pick stored without the accuracy check or isolation
+    # is never reused with them.
+    store = persist.KernelStore(state.name, instance.fn, request.device, distributed.world_size(group), configs,
+                                method, accuracy_check_enabled(instance), isolate.enabled(state.generate)) \
+        if persist.enabled(instance) else None
     found = store.read(key, configs) if store is not None else None
     stored = agree(group, state, key, configs, found[0] if found is not None else None)
 

@@ -1,14 +1,19 @@
 """Kernel-level picks on disk: a key one process tuned is never timed again by another.
 
 Every key a ``@triton.autotune`` kernel tunes is stored as one JSON file under
-``<cache root>/kernels/<kernel name>/`` (the root of :mod:`.cache`, beside the function-level
-entries), keyed by the kernel's source and the sources it calls (Triton's own ``cache_key``),
-the hardware and the tuning key. Reads and writes go through the store hooks
-(``tdp_cache_get``/``tdp_cache_put``), whose built-in keeps these files; the scan of every
-stored key (frozen mode's nearest key) reads the directory only. Versions are recorded and, with
-``TRITON_DIST_AUTOTUNE_VERSION_CHECK=1``, enforced; ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1`` never
-reads; writes are atomic and an unreadable file is re-tuned and replaced, as for function-level
-entries. ``TRITON_DIST_AUTOTUNE_PERSIST=0`` turns it off; so does upstream's own disk cache
+``<Triton's cache directory>/triton_dist/kernels/<kernel name>/``, so clearing or redirecting
+Triton's cache (``TRITON_CACHE_DIR``) resets them, as it does upstream's own ``cache_results``;
+``TRITON_DIST_AUTOTUNE_DIR`` moves them to its ``kernels/`` folder. An entry is keyed on at least
+what upstream's disk cache keys on (Triton's hash, the backend's hash, the kernel's
+``cache_key``, the environment variables that change compilation, the tuning key and every
+candidate) plus the hardware and what the plugin adds (its version, the timing method, the
+search, the accuracy check and isolation): a pick is never reused under a check it was not made
+with, nor after an upgrade. Reads and writes go through the store hooks
+(``tdp_cache_get``/``tdp_cache_put``), whose records pass ``records.check`` first; the scan of
+every stored key (warm starts, frozen mode's nearest key) reads the directory only, through the
+same check. ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1`` never reads; with
+``TRITON_DIST_AUTOTUNE_VERSION_CHECK=1`` the recorded versions of torch and the rest must match
+too. ``TRITON_DIST_AUTOTUNE_PERSIST=0`` turns it off; so does upstream's own disk cache
 (``cache_results=True``), which then keeps its meaning for that kernel.
 
 A stored pick counts only if it is still one of the kernel's current candidates (compared by
@@ -23,12 +28,30 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from . import _compat, bus, cache, filestore, manifest, settings
+from . import _compat, bus, cache, filestore, fingerprint, manifest, records, settings
 from .requests import CacheEntry
 
 ENV = "TRITON_DIST_AUTOTUNE_PERSIST"
 FORMAT = cache.FORMAT  # the same record layout as function-level entries
 DIRECTORY = "kernels"
+SEARCH_ENV = "TRITON_DIST_AUTOTUNE_SEARCH"
+
+
+def context(device: str, configs: list, method: str, accuracy: bool, isolated: bool) -> dict:
+    """What a pick depends on besides the kernel's source, the hardware and the key."""
+    described = [f"{cache.describe(c)} | {c}" for c in configs]
+    return {"triton": fingerprint.triton_hash(), "backend": fingerprint.backend_hash(device),
+            "env": fingerprint.compile_env(), "plugin": cache.versions().get("triton-dist-plugin", "?"),
+            "method": method, "search": settings.value(SEARCH_ENV), "accuracy": bool(accuracy),
+            "isolated": bool(isolated),
+            "configs": hashlib.sha256("\n".join(described).encode()).hexdigest()}
+
+
+def _same_setting(theirs: Any, ours: dict) -> bool:
+    """Another key's entry made under the same context (its candidates may differ: pruning and
+    generation depend on the key)."""
+    return isinstance(theirs, dict) and {k: v for k, v in theirs.items() if k != "configs"} == \
+        {k: v for k, v in ours.items() if k != "configs"}
 
 
 def enabled(instance: Any) -> bool:
@@ -47,14 +70,17 @@ def source_digest(fn: Any) -> str:
 class KernelStore:
     """The persisted picks of one kernel on one machine."""
 
-    def __init__(self, name: str, fn: Any, device: str, world: int):
+    def __init__(self, name: str, fn: Any, device: str, world: int, configs: list, method: str,
+                 accuracy: bool = False, isolated: bool = False):
         self.name = name
         self.source = source_digest(fn)
         self.hw = cache.hardware(device, world)
-        self.dir = cache.cache_root() / DIRECTORY / cache.safe_name(name)
+        self.context = context(device, configs, method, accuracy, isolated)
+        self.root = cache.kernel_root()
+        self.dir = cache.kernel_base() / DIRECTORY / cache.safe_name(name)
 
     def entry(self, key: Any) -> CacheEntry:
-        return cache.cache_entry("kernel", self.name, self.dir, self.source, self.hw, key)
+        return cache.cache_entry("kernel", self.name, self.dir, self.source, self.hw, key, self.context, self.root)
 
     def path(self, key: Any) -> Path:
         return self.entry(key).path
@@ -71,9 +97,10 @@ class KernelStore:
         if found is None:
             return None
         store, record = found
-        if record.get("format") != FORMAT or record.get("key") != repr(key):
-            warnings.warn(f"autotune cache {cache.where(entry, store)} is not {self.name}'s entry for key {key}; "
-                          "re-tuning", RuntimeWarning, stacklevel=3)
+        if (record.get("key") != repr(key) or record.get("kernel") != self.name or record.get("source") != self.source
+                or record.get("hardware") != self.hw or record.get("context") != self.context):
+            warnings.warn(f"autotune cache {cache.where(entry, store)} is not {self.name}'s entry for key {key} "
+                          "here; re-tuning", RuntimeWarning, stacklevel=3)
             return None
         if settings.value(cache.VERSION_CHECK_ENV) and record.get("versions") != cache.versions():
             return None
@@ -89,9 +116,11 @@ class KernelStore:
         """``(key, record)`` for every stored key of this kernel on this machine (this source)."""
         import ast
 
-        for path in sorted(self.dir.glob("*.json")):
-            record = filestore.read_json(path)
-            if not record or record.get("source") != self.source or record.get("hardware") != self.hw:
+        for path in filestore.scan(self.dir, self.root):
+            record = filestore.read_json(path, self.root)
+            if not records.valid(record, "kernel") or record.get("kernel") != self.name or \
+                    record.get("source") != self.source or record.get("hardware") != self.hw or \
+                    not _same_setting(record.get("context"), self.context):
                 continue
             try:
                 key = ast.literal_eval(record.get("key", ""))
@@ -128,7 +157,7 @@ class KernelStore:
         entry = self.entry(key)
         fully = {id(c) for c in measured}
         bus.cache_put(entry, {
-            **cache.entry_header("kernel", self.name, key, self.source, self.hw),
+            **cache.entry_header("kernel", self.name, key, self.source, self.hw, self.context),
             "pick_config": cache.describe(best), "method": method, "bench_time_s": bench_time,
             "candidates": [{"config": cache.describe(c), "ms": _finite(t), "timing": _plain(t),
                             "failure": failures.get(c), "measured": id(c) in fully} for c, t in timings.items()],

@@ -85,6 +85,10 @@ class CacheEntry:
     kind: str
     #: the kernel's name, or the function's ``module.qualname``
     name: str
-    #: a stable id of the source, the hardware and the key (the entry file's name, less ``.json``)
+    #: a stable id of the source, the hardware, the key and (kernels) what else the pick was keyed
+    #: on (the entry file's name, less ``.json``)
     digest: str
     path: Path
+    #: the cache root ``path`` lies below: the file store refuses a symbolic link anywhere between
+    #: the two (None: only the file and its own directory are checked)
+    root: Optional[Path] = None

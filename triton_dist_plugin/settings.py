@@ -93,6 +93,24 @@ def _number(default: float, zero: bool = False) -> Callable[[str], float]:
     return parse
 
 
+MIN_SECONDS, MAX_SECONDS = 0.001, 86400.0
+_SECONDS = "a number of seconds from 0.001 to 86400 (a day)"
+
+
+def _seconds(default: float) -> Callable[[str], float]:
+    """Seconds from a millisecond to a day: a shorter timeout has no effect (every wait takes
+    longer), a longer one overflows the clocks it is handed to; unset means ``default``."""
+    def parse(raw: str) -> float:
+        if raw.strip() == "":
+            return default
+        value = float(raw.strip())
+        if not MIN_SECONDS <= value <= MAX_SECONDS:  # NaN fails too
+            raise ValueError
+        return value
+
+    return parse
+
+
 def _choice(default: str, *choices: str, aliases: Optional[dict] = None) -> Callable[[str], str]:
     def parse(raw: str) -> str:
         text = raw.strip().lower()
@@ -143,8 +161,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TRITON_DIST_AUTOTUNE_COMPILE_WORKERS", "count", "CPU count",
             "threads that compile what the workers did not", _count, "a whole number >= 0, such as 8"),
     Setting("TRITON_DIST_AUTOTUNE_COMPILE_TIMEOUT", "seconds", "`300`",
-            "seconds the forked workers get before the rest compiles in threads", _number(300.0),
-            "a positive number of seconds, such as 300"),
+            "seconds the forked workers get before the rest compiles in threads", _seconds(300.0),
+            f"{_SECONDS}, such as 300"),
     Setting("TRITON_DIST_AUTOTUNE_COMPILE_STRAGGLER", "number", "`5`",
             "a candidate still compiling once the rest of its step is in, after this many times the step's "
             "median compile (and at least 10 s), is given up and never timed (not under a tuning group); "
@@ -153,8 +171,8 @@ SETTINGS: tuple[Setting, ...] = (
             "`0`: cache-hit launches go through `JITFunction.run` instead of the direct launcher", _flag(True),
             "1/true/yes/on/y or 0/false/no/off/n"),
     Setting("TRITON_DIST_AUTOTUNE_TIMEOUT", "seconds", "`300`",
-            "how long each collective of distributed tuning waits for the other ranks", _number(300.0),
-            "a positive number of seconds, such as 300"),
+            "how long each collective of distributed tuning waits for the other ranks", _seconds(300.0),
+            f"{_SECONDS}, such as 300"),
     Setting("TRITON_DIST_AUTOTUNE_REDUCE", "choice", "`max`",
             "how ranks of a tuning group combine timings: `max` (every rank times, the slowest counts) or "
             "`leader` (rank 0 times for all)", _choice("max", "max", "leader"), "max, leader"),
@@ -170,13 +188,19 @@ SETTINGS: tuple[Setting, ...] = (
             "run each candidate once in a spawned worker first, so one that crashes or hangs fails there, not "
             "in this process; `1`: for every kernel, `0`: never", _optional_bit, "0 or 1 (unset: generated only)"),
     Setting("TRITON_DIST_AUTOTUNE_ISOLATE_TIMEOUT", "seconds", "`30`",
-            "how long one candidate may run in the isolation worker before it counts as hung", _number(30.0),
-            "a positive number of seconds, such as 30"),
+            "how long one candidate may run in the isolation worker before it counts as hung", _seconds(30.0),
+            f"{_SECONDS}, such as 30"),
     Setting("TRITON_DIST_AUTOTUNE_MANIFEST", "path", "unset",
             "a manifest from `triton-dist-tune export`, imported into the cache before the first lookup; entries "
             "from other hardware or versions are skipped with a warning", lambda raw: raw, "a file path"),
     Setting("TRITON_DIST_AUTOTUNE_DIR", "path", "`$HOME/.triton_dist/autotune`",
-            "the function-level tuner's disk cache", lambda raw: raw, "a directory path"),
+            "the function-level tuner's disk cache; set, it also holds the kernel-level picks (in `kernels/`), "
+            "which are otherwise kept in Triton's cache directory (`TRITON_CACHE_DIR`)", lambda raw: raw,
+            "a directory path"),
+    Setting("TRITON_DIST_AUTOTUNE_SHARED", "0/1", "`0`",
+            "`1`: the cache directories are shared with other users (a team's cache): entries and directories "
+            "owned by another user are read, still validated and never through a symbolic link; `0`: only this "
+            "user's are (see security.md)", _bit(False), "0 or 1"),
     Setting("TRITON_DIST_AUTOTUNE_PERSIST", "0/1", "`1`",
             "`0`: do not store kernel-level picks on disk (nor read them); each process tunes its own keys",
             _bit(True), "0 or 1"),
@@ -184,20 +208,25 @@ SETTINGS: tuple[Setting, ...] = (
             "`1`: never read the disk cache (function- and kernel-level); every new key is tuned and its entry "
             "rewritten", _bit(False), "0 or 1"),
     Setting("TRITON_DIST_AUTOTUNE_VERSION_CHECK", "0/1", "`0`",
-            "`1`: use a disk entry only if its recorded versions equal the current ones", _bit(False),
-            "0 or 1"),
+            "`1`: use a disk entry only if its recorded versions (Python, torch, CUDA, ...) equal the current ones; "
+            "kernel-level entries are always keyed on Triton's and the backend's hashes and the plugin's version",
+            _bit(False), "0 or 1"),
     # Read here, owned (and checked) elsewhere.
     Setting("TRITON_INTERPRET", "0/1", "`0`", "Triton's interpreter: kernels run on the CPU, timed with the wall clock",
             owner="Triton"),
     Setting("TRITON_PRINT_AUTOTUNING", "0/1", "`0`", "print each tuning's pick (and, here, its notes)", owner="Triton"),
     Setting("TRITON_CACHE_DIR", "path", "`$HOME/.triton/cache`",
-            "Triton's disk cache, which forked compile workers fill and `triton-dist-tune` reads", owner="Triton"),
+            "Triton's disk cache, which forked compile workers fill and `triton-dist-tune` reads; it also holds the "
+            "kernel-level picks (`triton_dist/kernels/`) unless `TRITON_DIST_AUTOTUNE_DIR` is set", owner="Triton"),
     Setting("TRITON_CACHE_MANAGER", "text", "unset", "another cache manager turns the forked compile stage off",
             owner="Triton"),
     Setting("TRITON_ALWAYS_COMPILE", "flag", "off", "turns the forked compile stage off (nothing would be reused)",
             owner="Triton"),
     Setting("RANK", "count", "`0`", "this process's rank, for contextual tuning's reports", owner="torch.distributed"),
     Setting("HOME", "path", "the user's home", "where the default cache directories live", owner="the system"),
+    Setting("PYTHONPATH", "paths", "unset",
+            "where Python finds modules; the isolation worker, which never looks in the current directory, still "
+            "honours it", owner="Python"),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 

@@ -26,9 +26,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from filelock import FileLock
-
-from . import cache, engine, settings
+from . import cache, engine, filestore, settings
 from .requests import TuningRequest
 
 ENV = "TRITON_DIST_AUTOTUNE_ON_CAPTURE"
@@ -110,26 +108,22 @@ def _substitute(name, key, tuned, first, autotuner, device, where, setting, advi
 
 def record_miss(name: str, key: Any, why: str) -> None:
     """Append the miss to ``misses.jsonl``; a failed write warns and never stops the launch."""
-    path = cache.cache_root() / MISSES
+    root = cache.cache_root()
+    path = root / MISSES
     line = json.dumps({"kernel": name, "key": repr(key), "why": why,
                        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat()})
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(path) + ".lock"), open(path, "a") as f:
-            f.write(line + "\n")
+        filestore.append_line(path, line, root=root)  # one untearable write, never through a link
     except OSError as exc:
         warnings.warn(f"cannot record the miss of {name} key {key} in {path} ({exc})", RuntimeWarning, stacklevel=3)
 
 
 def misses(root: Optional[Path] = None) -> list[dict]:
     """Every recorded miss, oldest first; unreadable lines are skipped."""
-    path = (root or cache.cache_root()) / MISSES
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return []
+    root = root or cache.cache_root()
+    raw = filestore.read_bytes(root / MISSES, root=root)
     out = []
-    for text in lines:
+    for text in (raw or b"").decode(errors="replace").splitlines():
         try:
             item = json.loads(text)
         except ValueError:

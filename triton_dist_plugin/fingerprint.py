@@ -1,0 +1,85 @@
+"""What a stored pick depends on beyond its kernel, hardware and key, as Triton's own disk cache
+of tuning results (``cache_results``) keys it: the hash of Triton itself, the backend's hash (its
+compiler and tool versions), and the environment variables that change compilation; and where
+Triton keeps its cache, which the plugin's kernel-level picks share by default.
+
+Each is looked up once per process (Triton memoises the first two as well): a running process
+does not change what it has loaded, and every stored or checked entry needs them.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from . import _compat
+
+
+@functools.lru_cache(maxsize=1)
+def triton_hash() -> str:
+    """Triton's ``triton_key()`` (its sources and compiled library) where kernels compile; under
+    the interpreter, which compiles nothing, the version and the size and time of each of its
+    files (the same changes, without reading hundreds of MB)."""
+    if not _compat.interpret():
+        try:
+            try:
+                from triton.runtime.cache import triton_key
+            except ImportError:  # older releases keep it beside the compiler
+                from triton.compiler.compiler import triton_key
+            return hashlib.sha256(triton_key().encode()).hexdigest()
+        except Exception:  # noqa: BLE001 - a release without it: the files below tell the same
+            pass
+    import triton
+
+    h = hashlib.sha256(f"interpreter {triton.__version__}".encode())
+    top = Path(triton.__file__).parent
+    for folder, dirs, files in os.walk(top):
+        dirs.sort()
+        for name in sorted(files):
+            try:
+                st = os.stat(os.path.join(folder, name), follow_symlinks=False)
+            except OSError:
+                continue
+            h.update(f"{os.path.relpath(os.path.join(folder, name), top)} {st.st_size} {st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+@functools.cache
+def backend_hash(device: str) -> str:
+    """The active backend's ``hash()`` (ptxas and CUDA versions, target architecture), as
+    upstream's ``cache_results`` keys on; ``"interpreter"`` on the CPU."""
+    if _compat.interpret() or device == "cpu":
+        return "interpreter"
+    try:
+        from triton.compiler.compiler import make_backend
+        from triton.runtime.driver import driver
+
+        return str(make_backend(driver.active.get_current_target()).hash())
+    except Exception as exc:  # noqa: BLE001 - keyed on the failure: the same here, another elsewhere
+        return f"unknown ({type(exc).__name__})"
+
+
+def compile_env() -> str:
+    """The environment variables that change how Triton compiles, with their values (sorted), as
+    Triton's own caches key on them; read at each tuning, since a program may change them."""
+    try:
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+
+        found: Any = get_cache_invalidating_env_vars()
+    except Exception:  # noqa: BLE001 - releases before it: none are known
+        found = {}
+    return str(sorted(dict(found).items()))
+
+
+def triton_cache_dir() -> Path:
+    """Where Triton keeps its disk cache: ``knobs.cache.dir`` (3.4+), else ``TRITON_CACHE_DIR``,
+    else ``$HOME/.triton/cache``, read now (tests and programs move it)."""
+    knobs = _compat.knobs
+    directory = getattr(getattr(knobs, "cache", None), "dir", None) if knobs is not None else None
+    if not directory:
+        directory = os.environ.get("TRITON_CACHE_DIR") or os.path.join(
+            os.environ.get("HOME") or os.path.expanduser("~"), ".triton", "cache")
+    return Path(directory)
