@@ -181,8 +181,9 @@ def scenario_kernel_persist(rank, world, group):
             spec.launch(kernel, x, y)
         picks.append(str(kernel.best_config))
         timed.append(len(rec.timed) - sum(timed))
-    home = os.environ["HOME"]
-    stored = sum(f.endswith(".json") for _, _, fs in os.walk(os.path.join(home, ".triton_dist")) for f in fs)
+    from triton_dist_plugin import cache
+
+    stored = sum(f.endswith(".json") for _, _, fs in os.walk(cache.kernel_base()) for f in fs)
     return {"picks": picks, "timed": timed, "stored": stored}
 
 

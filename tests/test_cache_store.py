@@ -366,3 +366,76 @@ def test_a_redis_that_goes_away_mid_run_falls_back_with_warnings(redis_server, t
                and f"kept in memory and in {tmp_path / 'host' / 'kernels' / 'add_kernel'}" in w for w in put)
     assert any(w.startswith("__main__.scale: cannot write") for w in put)
     assert any("kept in memory for this process only" in w for w in put)  # with the file store gone
+
+
+# The store's source (not a copy installed earlier) is what the entry point loads in these children.
+SOURCE_ENV = {"PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGIN_DIR), os.environ.get("PYTHONPATH")]))}
+
+# Tunes one size, tunes it again with new tuners (the file store answers), then a second size.
+FALLBACK = """
+    import tdp_redis_store
+    assert tdp_redis_store.__file__.startswith(sys.argv[1]), tdp_redis_store.__file__
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first, again, other = tune(1000), tune(1000), tune(500)
+    print(json.dumps({"first": first, "again": again, "other": other, "warnings": [str(w.message) for w in caught]}))
+"""
+
+
+def run_source_child(code: str, env: dict) -> dict:
+    result = subprocess.run([sys.executable, "-c", CHILD + textwrap.dedent(code), str(PLUGIN_DIR)], cwd=ROOT,
+                            env={**env, **SOURCE_ENV}, capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("url", ["notaurl", "redis://:badport", "http://x"])
+def test_a_malformed_redis_url_warns_once_and_falls_back_like_an_unreachable_server(redis_plugin, tmp_path, url):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_DIST_PLUGIN_DISABLE"}
+    env = {**env, "TRITON_INTERPRET": "1", "TRITON_DIST_AUTOTUNE_DIR": str(tmp_path / "host"), URL_ENV: url}
+    result = run_source_child(FALLBACK, env)
+    first, again, other, warned = result["first"], result["again"], result["other"], result["warnings"]
+    assert first["kernel_timed"] >= 3 and first["function_timed"] >= 2 and other["kernel_timed"] >= 3
+    assert again["kernel_timed"] == 0 and again["kernel_hit"] and again["function_timed"] == 0  # the file store
+    assert (again["pick"], again["function_pick"]) == (first["pick"], first["function_pick"])
+    malformed = [w for w in warned if w.startswith(f"tdp-redis-store: malformed {URL_ENV}={url!r}")]
+    assert len(malformed) == 1, warned  # once per process, for every lookup of both kinds
+    put = [w for w in warned if "cannot write the autotune cache in the store 'redis_store'" in w]
+    assert len(put) == 4  # both sizes, kernel and function: each pick kept in memory and on disk
+    assert all(f"to Redis: malformed {URL_ENV}={url!r}" in w and "kept in memory and in" in w for w in put), put
+    # A fresh process: warned once again, answered by the file store alone.
+    fresh = run_source_child(FALLBACK, env)
+    assert fresh["first"]["kernel_timed"] == 0 and fresh["first"]["function_timed"] == 0
+    assert fresh["first"]["pick"] == first["pick"] and fresh["other"]["pick"] == other["pick"]
+    assert len([w for w in fresh["warnings"] if "malformed" in w]) == 1
+
+
+# Every stored value replaced by JSON that is not a record, then tuned again with new tuners.
+BAD_VALUES = """
+    import redis
+    import tdp_redis_store
+    assert tdp_redis_store.__file__.startswith(sys.argv[1]), tdp_redis_store.__file__
+    client = redis.Redis.from_url(tdp_redis_store.os.environ["TDP_REDIS_URL"])
+    first = tune(1000)
+    values = {"list": "[1, 2]", "string": json.dumps("x" * 8_000_000), "number": "1" + "0" * 5000,
+              "nested": "[" * 200_000 + "]" * 200_000, "deep object": '{"a": ' * 100_000 + "1" + "}" * 100_000,
+              "not utf-8": b"\\xff\\xfe{"}
+    out = {}
+    for name, value in values.items():
+        for key in client.keys("tdp:*"):
+            client.set(key, value)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            again = tune(1000)
+        out[name] = {**again, "corrupt": sum("corrupt value" in str(w.message) for w in caught)}
+    print(json.dumps({"first": first, "bad": out}))
+"""
+
+
+def test_redis_values_that_are_not_records_warn_and_never_raise(redis_server, tmp_path):
+    result = run_source_child(BAD_VALUES, {**child_env(redis_server, tmp_path / "host")})
+    first = result["first"]
+    for name, again in result["bad"].items():
+        # Warned for both the kernel's and the function's entry; the local file store answers.
+        assert again["corrupt"] == 2 and again["kernel_timed"] == 0 and again["function_timed"] == 0, name
+        assert again["pick"] == first["pick"], name

@@ -425,3 +425,36 @@ def test_threads_reading_the_manifest_setting_in_process_never_see_it_half_loade
     for t in threads:
         t.join()
     assert len(calls) == 1 and seen == [True] * 4  # every thread returned after the records were in
+
+
+def _scaled(x, scale):
+    return x * scale
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_random_function_level_records_never_raise_at_a_call(data, tmp_path_factory):
+    """The same boundary for function-level entries: whatever the file holds, the call returns
+    the right result and a valid entry is left behind."""
+    import os
+
+    from triton_dist_plugin.tune import autotune
+
+    root = tmp_path_factory.mktemp("tdp-function")
+    previous = os.environ.get("TRITON_DIST_AUTOTUNE_DIR")
+    os.environ["TRITON_DIST_AUTOTUNE_DIR"] = str(root)
+    space = [{"scale": 1.0}, {"scale": 1.0 + 0.0}]
+    try:
+        x = torch.ones(16)
+        assert torch.equal(autotune(space, key_fn=lambda x: x.numel())(_scaled)(x), x)
+        (path,) = sorted(root.glob("*/*.json"))
+        bad = data.draw(mutated(json.loads(path.read_text())))
+        path.write_text(json.dumps(bad))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert torch.equal(autotune(space, key_fn=lambda x: x.numel())(_scaled)(x), x)
+            assert cli.main(["list"]) == 0 and cli.main(["export"]) == 0
+        assert records.valid(json.loads(path.read_text()), "function")
+    finally:
+        os.environ.pop("TRITON_DIST_AUTOTUNE_DIR") if previous is None else os.environ.update(
+            TRITON_DIST_AUTOTUNE_DIR=previous)

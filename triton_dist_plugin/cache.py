@@ -82,11 +82,16 @@ def describe(value: Any, _seen: frozenset = frozenset()) -> str:
     def digest(parts: list) -> str:
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
 
+    def const_text(c: Any) -> str:
+        if inspect.iscode(c):
+            return code_text(c)
+        if isinstance(c, frozenset):  # ``x in {...}``: its order follows the hash seed
+            return "{" + ", ".join(sorted(describe(v, seen) for v in c)) + "}"
+        return describe(c, seen)
+
     def code_text(code: Any) -> str:  # bytecode, constants and names: no address, no line numbers
-        consts = [code_text(c) if inspect.iscode(c) else
-                  "{" + ", ".join(sorted(describe(v, seen) for v in c)) + "}" if isinstance(c, frozenset) else
-                  describe(c, seen) for c in code.co_consts]
-        return digest([code.co_code.hex(), *consts, *code.co_names, *code.co_varnames, *code.co_freevars])
+        return digest([code.co_code.hex(), *map(const_text, code.co_consts), *code.co_names, *code.co_varnames,
+                       *code.co_freevars])
 
     def cell(c: Any) -> str:
         try:

@@ -14,7 +14,8 @@
 Each retained candidate runs 5 warm-up and 10 timed calls of the whole function (device events,
 the wall clock on the CPU); a candidate that raises is timed as infinity and tuning goes on. The
 pick is kept in ``best_configs[key]`` and in a JSON disk cache (see :mod:`.cache`), and the
-function is called once more with it; that call's result is returned.
+function is called once more with it; that call's result is returned. Threads calling with one
+key tune it once: the first tunes under the key's lock, the others wait for its pick.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import functools
 import inspect
 import logging
 import sys
+import threading
 from typing import Any, Callable, Optional
 
 from . import _compat, cache, distributed, engine, manifest, report, search, settings, untuned
@@ -73,6 +75,8 @@ class AutoTuner:
         self.best_configs: dict = {}
         self.name = f"{fn.__module__}.{fn.__qualname__}"
         self._source: Optional[str] = None
+        self._key_locks: dict = {}  # one per key ever tuned: small, and never swapped under a waiter
+        self._locks_guard = threading.Lock()
         functools.update_wrapper(self, fn)
 
     def _call(self, args: tuple, kwargs: dict, config: dict, allow_overwrite: bool):
@@ -94,9 +98,20 @@ class AutoTuner:
             if untuned.capturing():  # timing would break the capture: raise, or run a fixed config untuned
                 config = untuned.fallback(self.name, key, self.best_configs, self.config_space[0])
                 return self._call(args, kwargs, config, autotune_allow_arg_overwrite)
-            best = self._tune(key, args, kwargs, distributed.function_group(autotune_pg), autotune_verbose,
-                              autotune_allow_arg_overwrite)
+            # Reentrant, so a function that calls itself for the same key while tuning cannot deadlock.
+            with self._key_lock(key):
+                best = self.best_configs.get(key)  # another thread may have tuned it while we waited
+                if best is None:
+                    best = self._tune(key, args, kwargs, distributed.function_group(autotune_pg), autotune_verbose,
+                                      autotune_allow_arg_overwrite)
         return self._call(args, kwargs, best, autotune_allow_arg_overwrite)
+
+    def _key_lock(self, key: Any) -> threading.RLock:
+        with self._locks_guard:
+            lock = self._key_locks.get(key)
+            if lock is None:
+                lock = self._key_locks[key] = threading.RLock()
+            return lock
 
     # -- tuning -------------------------------------------------------------------------------
 
