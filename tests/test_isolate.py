@@ -5,11 +5,15 @@ bounds (the interpreter writes through the raw pointer, and the worker dies of i
 a loop that never ends. ``benchmarks/bench_faults_gpu.py`` plants the same faults on a GPU.
 """
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
 import torch
 import triton
 import triton.language as tl
@@ -137,38 +141,76 @@ def test_with_every_kernel_isolated_the_worker_starts_at_activation(tmp_path):
     assert seen == ["True", "False", "False"]
 
 
-def test_a_kernel_a_worker_cannot_import_is_tuned_unisolated_with_a_note(recorder, monkeypatch):
+class _Scale:
+    factor = 1
+
+
+_SCALE = _Scale()
+
+
+def test_a_kernel_inside_a_function_is_rebuilt_in_the_worker_unless_it_uses_what_cannot_be_sent(recorder, monkeypatch):
+    """A worker cannot import a kernel defined inside a function: it rebuilds it from its source,
+    with the values it closes over; one that uses an object the worker cannot be sent is tuned
+    unisolated, with a note that names the object and the fix."""
     monkeypatch.setenv(isolate.ENV, "1")
+    far = 1 << 44  # a closure variable, sent by value
 
     @triton.jit
-    def local_copy(x, out, n, BLOCK: tl.constexpr):
+    def local_copy(x, out, n, BLOCK: tl.constexpr, FAULT: tl.constexpr):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        if FAULT == 1:
+            tl.store(out + offs + far, tl.load(x + offs, mask=offs < n), mask=offs < n)
         tl.store(out + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)
 
-    kernel = triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})],
-                             key=["n"])(local_copy)
-    x, out = copy_with(kernel)
+    configs = [CONFIGS[0], CONFIGS[1], CONFIGS[3]]
+    x, out = copy_with(triton.autotune(configs=configs, key=["n"])(local_copy))
     torch.testing.assert_close(out, x)
-    assert any("not isolated" in note and "module level" in note for note in recorder.records[0].notes)
+    (record,) = recorder.records
+    assert record.best_config.kwargs["FAULT"] == 0
+    assert "crashed the isolation worker" in record.failures[CONFIGS[1]]
+    assert any(note.startswith("ran 3 candidates in the isolation worker") for note in record.notes), record.notes
+
+    @triton.jit
+    def scaled_copy(x, out, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out + offs, tl.load(x + offs, mask=offs < n) * _SCALE.factor, mask=offs < n)
+
+    x, out = copy_with(triton.autotune(configs=[CONFIGS[0], CONFIGS[3]], key=["n"])(scaled_copy))
+    torch.testing.assert_close(out, x)
+    (note,) = [n for n in recorder.records[1].notes if "isolat" in n]
+    assert note.startswith("not isolated: ") and "not defined at module level" in note, note
+    assert "uses _SCALE (a _Scale)" in note and "make it a tl.constexpr" in note, note
+
+
+def _script_env(tmp_path: Path) -> dict:
+    """A fresh process's settings: the interpreter, every kernel isolated, empty caches and home."""
+    for name in ("tune", "triton", "home"):
+        (tmp_path / name).mkdir(exist_ok=True)
+    return {**os.environ, "TRITON_INTERPRET": "1", isolate.ENV: "1", "TRITON_DIST_AUTOTUNE_DIR": str(tmp_path / "tune"),
+            "TRITON_CACHE_DIR": str(tmp_path / "triton"), "HOME": str(tmp_path / "home")}
+
+
+_NOTES = """
+import json, os, torch, triton, triton.language as tl
+import triton_dist_plugin as tdp
+records = []
+class Records:
+    @tdp.hookimpl
+    def tdp_on_tuned(self, record):
+        records.append(record)
+tdp.register(Records())
+"""
 
 
 def test_a_kernel_in_the_main_script_is_not_run_again_by_a_worker(tmp_path):
-    """A worker would have to run the user's main script again to find a kernel defined there
-    (what a multiprocessing spawn does): that kernel is tuned unisolated, with a note, and the
-    script's top level runs once."""
+    """A worker would have to run the user's main script again to import a kernel defined there
+    (what a multiprocessing spawn does): it rebuilds the kernel from its source instead, so the
+    kernel is isolated and the script's top level runs once."""
     script = tmp_path / "main_script.py"
     runs = tmp_path / "runs.txt"
-    script.write_text(f"""
-import os, torch, triton, triton.language as tl
-import triton_dist_plugin as tdp
+    script.write_text(_NOTES + f"""
 with open({str(runs)!r}, "a") as fh:
     fh.write("ran\\n")
-notes = []
-class Notes:
-    @tdp.hookimpl
-    def tdp_on_tuned(self, record):
-        notes.extend(record.notes)
-tdp.register(Notes())
 
 @triton.jit
 def copy(x, out, n, BLOCK: tl.constexpr):
@@ -180,13 +222,209 @@ x = torch.randn(300)
 out = torch.zeros_like(x)
 kernel[lambda m: (triton.cdiv(300, m["BLOCK"]),)](x, out, 300)
 assert torch.equal(out, x)
-print([n for n in notes if "isolat" in n])
+print([n for n in records[0].notes if "isolat" in n])
 """)
-    env = {**os.environ, "TRITON_INTERPRET": "1", isolate.ENV: "1"}
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=_script_env(tmp_path),
+                          cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "defined in the main script" in proc.stdout
+    assert "ran 2 candidates in the isolation worker" in proc.stdout, proc.stdout
     assert runs.read_text() == "ran\n"
+
+
+def test_a_crashing_candidate_of_a_main_script_kernel_fails_in_the_worker_not_in_the_script(tmp_path):
+    """The usual first kernel: defined in the script itself, with a global constant, a helper
+    ``@triton.jit`` function and heuristics. Its out-of-bounds candidate kills the worker, not the
+    script, which goes on with the good pick and the right output."""
+    script = tmp_path / "train.py"
+    script.write_text(_NOTES + """
+FAR = tl.constexpr(1 << 44)  # beyond any allocation
+
+@triton.jit
+def load_block(x, offs, n):
+    return tl.load(x + offs, mask=offs < n)
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64, "FAULT": 0}), triton.Config({"BLOCK": 64, "FAULT": 1}),
+                          triton.Config({"BLOCK": 128, "FAULT": 0})], key=["n"])
+@triton.heuristics({"TWICE": lambda args: args["n"] > 0})  # evaluated by the script, sent to the worker
+@triton.jit
+def copy(x, out, n, BLOCK: tl.constexpr, FAULT: tl.constexpr, TWICE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if FAULT == 1:
+        tl.store(out + offs + FAR, load_block(x, offs, n), mask=offs < n)
+    tl.store(out + offs, load_block(x, offs, n) * (2 if TWICE else 1), mask=offs < n)
+
+if __name__ == "__main__":
+    x = torch.randn(300)
+    out = torch.zeros_like(x)
+    copy[lambda m: (triton.cdiv(300, m["BLOCK"]),)](x, out, 300)
+    assert torch.equal(out, 2 * x)
+    (record,) = records
+    failures = [(c.kwargs, reason) for c, reason in record.failures.items()]
+    print(json.dumps({"pick": record.best_config.kwargs, "failures": failures,
+                      "notes": [n for n in record.notes if "isolat" in n]}))
+""")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=_script_env(tmp_path),
+                          cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["pick"]["FAULT"] == 0
+    ((config, reason),) = result["failures"]
+    assert config["FAULT"] == 1 and reason.startswith("crashed the isolation worker"), reason
+    assert any(n.startswith("ran 3 candidates in the isolation worker") for n in result["notes"]), result["notes"]
+
+
+def test_a_rebuilt_kernel_has_the_compiled_kernel_cache_key_of_the_original(tmp_path):
+    """The worker finds what the parent compiled in Triton's disk cache only if the rebuilt kernel
+    hashes as the original does: same source, first line, options, constants and helpers."""
+    (tmp_path / "kern.py").write_text("""
+import triton, triton.language as tl
+SHIFT = tl.constexpr(3)
+
+@triton.jit(noinline=True)
+def helper(x, offs):
+    return tl.load(x + offs + SHIFT)
+
+# a comment between the decorators
+@triton.heuristics({"EVEN": lambda args: args["n"] % 2 == 0})
+@triton.jit(do_not_specialize=["n"])
+def kern(x, out, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + offs, helper(x, offs), mask=offs < n)
+""")
+    check = ("import kern\nfrom triton_dist_plugin import isolate_source, isolate_worker\n"
+             "found, layers = isolate_source.locate(kern.kern)\n"
+             "assert 'source' not in found and [type(h).__name__ for h in layers] == ['Heuristics']\n"  # imported
+             "built = isolate_worker.rebuild(isolate_source.describe(kern.kern.fn))\n"
+             "assert type(built).__name__ == 'JITFunction' and built is not kern.kern.fn\n"
+             "assert built.cache_key == kern.kern.fn.cache_key, (built.src, kern.kern.fn.src)\n"
+             "assert built.params[2].do_not_specialize and not built.params[0].do_not_specialize\n"
+             "print('same')\n")
+    env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.split()[-1] == "same", proc.stderr[-2000:]
+
+
+_PLANTED = ("json", "pickle", "socket", "select", "torch", "triton", "numpy")
+
+
+def test_the_worker_never_runs_code_from_the_working_directory(tmp_path, monkeypatch):
+    """Files in the working directory named like the modules a worker imports (``json.py``,
+    ``torch.py``...) never run there: it starts with ``-I`` and this process's path less the
+    working directory. A kernel in a module of that directory (next to the user's script, say)
+    is still isolated: rebuilt from its source."""
+    assert all(name in sys.modules for name in _PLANTED)  # so this process never imports the plants
+    for name in _PLANTED:
+        (tmp_path / f"{name}.py").write_text(f"open({str(tmp_path / ('ran-' + name))!r}, 'w').close()\n")
+    (tmp_path / "next_to_script.py").write_text(
+        "import triton, triton.language as tl\n"
+        "@triton.jit\n"
+        "def copy(x, out, n, BLOCK: tl.constexpr, FAULT: tl.constexpr):\n"
+        "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+        "    if FAULT == 1:\n"
+        "        tl.store(out + offs + (1 << 44), tl.load(x + offs, mask=offs < n), mask=offs < n)\n"
+        "    tl.store(out + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", ["", str(tmp_path), *sys.path])  # as `python -c` or a script here has it
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.delitem(sys.modules, "next_to_script", raising=False)
+    from next_to_script import copy
+
+    worker = isolate.Worker()
+    try:
+        x, out = torch.randn(300), torch.zeros(300)
+        worker.prepare(copy, type(copy).__name__, (x, out, 300), {})
+        assert worker.unisolated is None and worker.job is not None
+        for index, fault in enumerate((0, 1, 0)):
+            worker.submit(index, {"BLOCK": 64, "FAULT": fault}, (5,))
+        failed = worker.finish({})
+    finally:
+        worker.stop()
+    assert sorted(failed) == [1] and failed[1].startswith("crashed the isolation worker"), failed
+    assert not list(tmp_path.glob("ran-*")), "a worker ran a module planted in the working directory"
+
+
+def test_the_worker_path_leaves_out_the_working_directory_unless_pythonpath_names_it(tmp_path, monkeypatch):
+    from triton_dist_plugin.isolate_source import search_path
+
+    other = tmp_path / "lib"
+    other.mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", ["", ".", str(tmp_path), "lib", *sys.path])
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    kept, dropped = search_path()
+    assert str(tmp_path) not in kept and "" not in kept and str(other) in kept and dropped == {str(tmp_path)}
+    assert all(os.path.isabs(p) for p in kept)
+    monkeypatch.setenv("PYTHONPATH", ".")
+    kept, dropped = search_path()
+    assert kept[0] == str(tmp_path) and kept.count(str(tmp_path)) == 1 and not dropped
+
+
+_PARENT = """
+import os, sys, time, torch
+from triton_dist_plugin import isolate
+from spin import spin
+worker = isolate.worker()
+if sys.argv[1] == "running":  # a candidate that never finishes
+    x = torch.zeros(64)
+    worker.prepare(spin, type(spin).__name__, (x,), {})
+    worker.submit(0, {"BLOCK": 64}, (1,))
+    assert worker._receive(120) == ("ready",)
+    holder = 0
+else:  # waiting for work, with a forked child holding this end of the socket open
+    assert worker.proc.poll() is None
+    holder = os.fork()
+    if holder == 0:
+        time.sleep(120)
+        os._exit(0)
+print(worker.proc.pid, holder, flush=True)
+time.sleep(600)
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is still a live process (an exited one nobody reaped does not count)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize(("sig", "state"), [(signal.SIGKILL, "running"), (signal.SIGTERM, "running"),
+                                            (signal.SIGKILL, "waiting")], ids=["kill-running", "term-running",
+                                                                               "kill-waiting"])
+def test_the_worker_dies_with_its_parent(tmp_path, sig, state):
+    """Killed parents leave no worker behind: not one running a candidate that never finishes
+    (it never reads its socket again, and spun on at full speed), not one waiting for work while
+    a forked child of the parent keeps the socket open (it never saw it close)."""
+    (tmp_path / "spin.py").write_text(
+        "import triton, triton.language as tl\n"
+        "@triton.jit\n"
+        "def spin(x, BLOCK: tl.constexpr):\n"
+        "    i = tl.program_id(0)\n"
+        "    while i >= 0:\n"
+        "        i += 1\n")
+    (tmp_path / "parent.py").write_text(_PARENT)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    parent = subprocess.Popen([sys.executable, str(tmp_path / "parent.py"), state], cwd=elsewhere,
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "TRITON_INTERPRET": "1"})
+    pids: list[int] = []
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert pids and _running(pids[0]), "the parent did not start its worker"
+        time.sleep(1.0)
+        assert _running(pids[0])
+        parent.send_signal(sig)
+        parent.wait(30)
+        deadline = time.monotonic() + 5
+        while _running(pids[0]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(pids[0]), f"the worker outlived its parent ({signal.Signals(sig).name}, {state})"
+    finally:
+        for pid in [*pids, parent.pid]:
+            if pid and _running(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _children() -> list[str]:
@@ -216,7 +454,7 @@ def test_one_worker_serves_every_tuning_and_none_is_left_behind():
 def test_arguments_reach_the_worker_as_raw_bytes_unchanged():
     """Each tensor travels as its raw bytes (no pickled copy) and is rebuilt with its dtype,
     shape and strides: every dtype, a transposed view, an empty tensor, and plain values."""
-    from triton_dist_plugin.isolate_worker import restore
+    from triton_dist_plugin.isolate_worker import copy, restore
 
     values = [torch.randn(5, 3).half(), torch.randn(4, 2).bfloat16(), torch.rand(7) > 0.5,
               torch.arange(-3, 9, dtype=torch.int64), torch.randn(3, dtype=torch.complex64),
@@ -224,7 +462,7 @@ def test_arguments_reach_the_worker_as_raw_bytes_unchanged():
     if hasattr(torch, "float8_e4m3fn"):
         values.append(torch.randn(8).to(torch.float8_e4m3fn))
     buffers: list = []
-    items = [isolate._copy(v, buffers) for v in values]
+    items = [copy(v, buffers) for v in values]
     received = [bytearray(bytes(b)) for b in buffers]  # what the worker's recv_bytes_into fills
     for value, item in zip(values, items):
         back = restore(item, received)
@@ -234,3 +472,24 @@ def test_arguments_reach_the_worker_as_raw_bytes_unchanged():
             assert torch.equal(as_bits(back), as_bits(value))
         else:
             assert back == value
+
+
+@triton.jit
+def _copy_rows(x, out, n, BLOCK: tl.constexpr, ROWS: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK * ROWS + tl.arange(0, BLOCK * ROWS)
+    tl.store(out + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)
+
+
+def test_a_grid_that_reads_a_heuristics_value_is_computed_with_it_for_the_worker(recorder, monkeypatch):
+    """The grid of a launch sees the values ``@triton.heuristics`` adds; so does the grid each
+    candidate is sent to the worker with (it used to raise ``KeyError`` with isolation on)."""
+    monkeypatch.setenv(isolate.ENV, "1")
+    kernel = triton.autotune(configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], key=["n"])(
+        triton.heuristics({"ROWS": lambda a: 2})(_copy_rows))
+    n = 300
+    x = torch.randn(n, device=DEVICE)
+    out = torch.zeros_like(x)
+    kernel[lambda m: (triton.cdiv(n, m["BLOCK"] * m["ROWS"]),)](x, out, n)
+    torch.testing.assert_close(out, x)
+    notes = recorder.records[-1].notes
+    assert any(note.startswith("ran 2 candidates in the isolation worker") for note in notes), notes

@@ -15,17 +15,20 @@ process that never tunes (every key on disk) holds no GPU memory for it. Each tu
 kernel and the arguments before compilation begins, and each candidate as soon as it has
 compiled, so it runs them while the others still compile. Once it has a CUDA context it keeps it
 (some hundreds of MB of GPU memory) until the process exits; ``TRITON_DIST_AUTOTUNE_ISOLATE=0``
-avoids it. It is a plain ``python -c`` process rather than a ``multiprocessing`` spawn, which
+avoids it. It is a plain ``python -I -c`` process rather than a ``multiprocessing`` spawn, which
 would import the user's main script again (and run whatever it does outside
-``if __name__ == "__main__"``).
+``if __name__ == "__main__"``). Isolated mode (``-I``) and this process's ``sys.path`` less the
+working directory keep it from running any file there (a stray ``json.py``); it dies with this
+process (Linux's parent-death signal, and a watch on its socket and parent, even mid-candidate).
 
 When it is on (``TRITON_DIST_AUTOTUNE_ISOLATE``): by default for candidates the plugin generated
 itself (``configs=[]``), which nobody has run before; ``1`` for every tuned kernel; ``0`` never.
 Explicit configs are the kernel author's and usually known good, and a worker costs a process
-start, overlapped with compilation. The worker finds the kernel by its module and name, so a
-kernel defined inside a function or in the main script, or arguments that cannot be copied
-(objects other than tensors and plain values), leave the kernel unisolated, with a note in the
-report.
+start, overlapped with compilation. The worker imports the kernel's module where it can; a kernel
+defined in the main script, inside a function, or in a module only the working directory holds
+is rebuilt there from its source (``isolate_source``). One that uses globals that cannot be sent,
+or arguments that cannot be copied (objects other than tensors and plain values), is tuned
+unisolated, with a note in the report.
 """
 
 from __future__ import annotations
@@ -42,7 +45,10 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any, Optional
 
-from . import _compat, settings, untuned
+from . import isolate_source, settings, untuned
+from .isolate_source import Unisolated, locate
+from .isolate_worker import BOOTSTRAP
+from .isolate_worker import copy as _copy
 from .isolate_worker import get as _get
 
 ENV = "TRITON_DIST_AUTOTUNE_ISOLATE"
@@ -53,42 +59,6 @@ _START_TIMEOUT = 120.0  # seconds a new worker gets to import torch and Triton a
 def enabled(generated: bool) -> bool:
     choice = settings.value(ENV)
     return generated if choice is None else choice
-
-
-class Unisolated(Exception):
-    """This kernel or these arguments cannot be run in a worker; the reason says why."""
-
-
-def where(fn: Any) -> tuple[str, str]:
-    """How a worker finds ``fn``: the module and name of the outermost object defined with it (the
-    worker then follows ``.fn`` down to an object of ``fn``'s class)."""
-    base = _compat.base_function(fn)
-    module, name = getattr(base, "__module__", None), getattr(base, "__qualname__", "")
-    if not module or "<locals>" in name:
-        raise Unisolated(f"{name or fn!r} is not defined at module level, so a worker cannot import it")
-    if module in ("__main__", "__mp_main__"):
-        raise Unisolated(f"{name} is defined in the main script, which a worker would have to run again to find "
-                         "it; define it in a module to isolate it")
-    return module, name
-
-
-def _copy(value: Any, buffers: list) -> Any:
-    """What travels to the worker: a tensor as its dtype, device, shape and strides, its data as
-    raw bytes appended to ``buffers`` (sent as they are: no pickled copy on either side)."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        data = value.detach().cpu().contiguous().reshape(-1)
-        at = None
-        if data.numel():
-            at = len(buffers)
-            buffers.append(memoryview(data.view(torch.uint8).numpy()))
-        return ("tensor", at, str(value.dtype).removeprefix("torch."), str(value.device), tuple(value.shape),
-                value.stride())
-    return ("value", value)
-
-
-_WORKER = "import sys; from triton_dist_plugin.isolate_worker import serve; serve(int(sys.argv[1]))"
 
 
 _shared: Optional[Worker] = None
@@ -118,9 +88,9 @@ def _new_shared() -> Worker:
 def prestart(fn: Any = None, generated: bool = False) -> None:
     """Start the process's worker ahead of the first tuning that needs it: at activation when
     every kernel is isolated (``fn`` None), or when a kernel that will be isolated is decorated
-    (the worker then imports ``fn``'s module too). It waits, without a CUDA context, for work.
-    Not in a ``multiprocessing`` child (a data loader's, say), which seldom tunes; never raises:
-    whatever goes wrong here is met again, and reported, by the tuning."""
+    (the worker then imports ``fn``'s module too, where it can). It waits, without a CUDA
+    context, for work. Not in a ``multiprocessing`` child (a data loader's, say), which seldom
+    tunes; never raises: whatever goes wrong here is met again, and reported, by the tuning."""
     global _shared
     try:
         import multiprocessing
@@ -128,7 +98,7 @@ def prestart(fn: Any = None, generated: bool = False) -> None:
         wanted = settings.value(ENV) is True if fn is None else enabled(generated)
         if not wanted or untuned.frozen() or multiprocessing.parent_process() is not None:
             return
-        module = where(fn)[0] if fn is not None else None
+        module = isolate_source.module_of(fn) if fn is not None else None
         with _shared_lock:
             if _shared is None:
                 _shared = _new_shared()
@@ -162,14 +132,21 @@ class Worker:
         self.unisolated: Optional[str] = None
         self.sent: list[int] = []  # candidates the live worker has, in the order it runs them
         self.runs: dict[int, tuple] = {}  # candidate -> (meta, grid), for a new worker after a crash
+        self.heuristics: Optional[tuple] = None  # (layers, args, kwargs) over a rebuilt kernel
+        self.sent_at = self.ready_at = 0.0
         self.lock = threading.Lock()  # compile threads submit concurrently
         self.start()
 
     def start(self) -> None:
         ours, theirs = socket.socketpair()
-        env = {**os.environ, "TRITON_DIST_PLUGIN_DISABLE": "1",  # plain Triton there: no tuning in the worker
-               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the kernel's module is found as here
-        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER, str(theirs.fileno())], pass_fds=[theirs.fileno()],
+        env = {**os.environ, "TRITON_DIST_PLUGIN_DISABLE": "1"}  # plain Triton there: no tuning in the worker
+        # Linux sends the parent-death signal when the *thread* that started the worker ends: only
+        # the main thread lasts as long as the process (from others, the watch alone serves).
+        pdeathsig = threading.current_thread() is threading.main_thread()
+        package = os.path.dirname(os.path.abspath(__file__))
+        argv = [str(theirs.fileno()), str(os.getpid()), "1" if pdeathsig else "0", package,
+                *isolate_source.search_path()[0]]
+        self.proc = subprocess.Popen([sys.executable, "-I", "-c", BOOTSTRAP, *argv], pass_fds=[theirs.fileno()],
                                      env=env, stdin=subprocess.DEVNULL)
         theirs.close()
         self.conn = Connection(ours.detach())
@@ -186,7 +163,7 @@ class Worker:
         if self.sent or self.awaiting or self.proc is None or self.proc.poll() is not None:
             self.stop()
             self.start()
-        self.job, self.unisolated, self.runs = None, None, {}
+        self.job, self.unisolated, self.runs, self.heuristics = None, None, {}, None
         self.sent_at = self.ready_at = 0.0
 
     def stop(self) -> None:
@@ -201,18 +178,21 @@ class Worker:
     def prepare(self, fn: Any, kind: str, args: tuple, kwargs: dict) -> None:
         """Send the kernel and copies of the arguments now, so the worker loads them while we compile."""
         try:
-            module, name = where(fn)
+            found, layers = locate(fn)
+        except Exception as exc:  # Unisolated, or source the rebuild cannot read
+            self.unisolated = str(exc) if isinstance(exc, Unisolated) else (
+                f"it could not be prepared for the isolation worker ({type(exc).__name__}: {exc})")
+            return
+        try:
             buffers: list = []
-            job = {"module": module, "name": name, "kind": kind, "args": [_copy(a, buffers) for a in args],
+            job = {**found, "args": [_copy(a, buffers) for a in args],
                    "kwargs": {k: _copy(v, buffers) for k, v in kwargs.items()}}
             message = [pickle.dumps(("job", job, [b.nbytes for b in buffers])), *buffers]
-        except Unisolated as exc:
-            self.unisolated = str(exc)
-            return
         except Exception as exc:
             self.unisolated = f"its arguments cannot be copied to a worker ({type(exc).__name__})"
             return
         self.job = message
+        self.heuristics = (layers, args, kwargs) if layers else None  # evaluated here, per candidate
         self.awaiting = True
         self.sent_at = time.monotonic()
         self._send(message)
@@ -221,6 +201,12 @@ class Worker:
         """Hand candidate ``index`` to the worker (from any thread), which runs it at once."""
         if self.job is None:
             return
+        if self.heuristics is not None:
+            try:
+                meta = isolate_source.with_heuristics(*self.heuristics, meta, grid)
+            except Exception as exc:
+                self.unisolated = f"its heuristics raised, evaluated for the worker ({type(exc).__name__}: {exc})"
+                return
         try:
             run = pickle.loads(pickle.dumps((meta, grid)))
         except Exception as exc:
@@ -267,7 +253,7 @@ class Worker:
                         self.proc.wait(5)
                 alive = self.proc is not None and self.proc.poll() is None
                 code = None if alive else self.proc.returncode
-                failed[culprit] = (f"did not finish within {limit:.0f}s in the isolation worker ({TIMEOUT_ENV})"
+                failed[culprit] = (f"did not finish within {limit:g}s in the isolation worker ({TIMEOUT_ENV})"
                                    if alive else f"crashed the isolation worker (exit code {code}); "
                                    "it was not run in this process")
                 with self.lock:

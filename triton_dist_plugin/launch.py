@@ -23,6 +23,7 @@ from . import (
     engine,
     forked_compile,
     isolate,
+    isolate_source,
     kernel_state,
     persist,
     report,
@@ -157,7 +158,7 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
 
     def bench():
         nonlocal outcome
-        worker, runs = _isolation(instance, state, args, kwargs, configs)  # runs candidates as they compile
+        worker, runs = _isolation(instance, state, args, kwargs, configs, request)  # runs candidates as they compile
         position = {id(c): i for i, c in enumerate(configs)}
         checking, memo = accuracy_check_enabled(instance), {}
 
@@ -255,19 +256,29 @@ def _persist(store: persist.KernelStore, state: KernelState, key: tuple, outcome
         cache.warn_unwritable(store.name, store.dir, key, exc, stacklevel=5)
 
 
-def _isolation(instance: Any, state: KernelState, args: tuple, kwargs: dict, configs: list) -> tuple[Any, dict]:
+def _isolation(instance: Any, state: KernelState, args: tuple, kwargs: dict, configs: list,
+               request: TuningRequest) -> tuple[Any, dict]:
     """With isolation on: ``(worker, runs)``, the worker already started and given the kernel and
     its arguments, and ``runs[i]``: the launch of ``configs[i]`` (``(meta, grid)``) to hand it as
     each compiles. ``(None, {})`` with isolation off."""
     if not isolate.enabled(state.generate):
         return None, {}
-    worker = isolate.worker()
     _, launch, named, _ = split_launch(state, args, kwargs)
     grid = kwargs.get("grid")
+    layers, fn = [], instance.fn
+    while isinstance(fn, _compat.autotuner_module.Heuristics):  # the grid sees their values, as at a launch
+        layers.append(fn)
+        fn = fn.fn
     runs: dict = {}
     for i, config in enumerate(configs):
         meta = state.launch_kwargs(config)
-        runs[i] = (meta, grid({**named, **launch, **meta}) if callable(grid) else grid)
+        try:
+            full = isolate_source.with_heuristics(layers, args, launch, meta, grid) if layers else meta
+            runs[i] = (meta, grid({**named, **launch, **full}) if callable(grid) else grid)
+        except Exception as exc:  # noqa: BLE001 - the launch itself meets (and reports) the same error
+            request.notes.append(f"not isolated: its grid could not be computed ahead ({type(exc).__name__}: {exc})")
+            return None, {}
+    worker = isolate.worker()
     worker.prepare(instance.fn, type(instance.fn).__name__, args, launch)
     return worker, runs
 
