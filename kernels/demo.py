@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     _write_json(args.out, report)
     from triton_dist_plugin import cache, persist
 
-    print(f"picks are kept in each kernel's `cache` and on disk under {cache.cache_root() / persist.DIRECTORY} "
+    print(f"picks are kept in each kernel's `cache` and on disk under {cache.kernel_base() / persist.DIRECTORY} "
           f"(a second run times nothing); records written to {os.path.abspath(args.out)}")
     tdp.unregister(collector)
     return 0 if all(r["correct"] for r in report) else 1
