@@ -266,6 +266,8 @@ def test_a_writer_killed_mid_write_leaves_the_old_entry_and_its_temporary_is_rem
     left = [p.name for p in entry.parent.iterdir() if p.name.endswith(".tmp")]
     assert left and all(f"-{child.pid}." in name for name in left)  # the writer is named
     assert filestore.read_json(entry, root) == {"version": 1}  # never half a file
+    for name in left:  # a minute later (sooner, a writer of another PID namespace may look dead)
+        os.utime(entry.parent / name, (time.time() - 120,) * 2)
     filestore.write_json_atomic(entry.parent / "other.json", {}, root=root)  # any write there sweeps
     assert not [p for p in entry.parent.iterdir() if p.name.endswith(".tmp")]
 

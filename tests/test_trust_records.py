@@ -458,3 +458,101 @@ def test_random_function_level_records_never_raise_at_a_call(data, tmp_path_fact
     finally:
         os.environ.pop("TRITON_DIST_AUTOTUNE_DIR") if previous is None else os.environ.update(
             TRITON_DIST_AUTOTUNE_DIR=previous)
+
+
+# ------------------------------------------------------------------------------------------
+# Found by trying the boundary as a hostile user would
+
+
+def test_the_interpreters_triton_fingerprint_ignores_bytecode_and_is_the_same_in_every_process():
+    from triton_dist_plugin.fingerprint import _installed_record
+
+    record = _installed_record()
+    assert record is None or ".pyc," not in record
+    code = ("import os; os.environ['TRITON_INTERPRET'] = '1'\nimport sys\n"
+            "if sys.argv[1:] == ['more']:\n    import triton.testing, triton.tools.disasm  # noqa\n"
+            "from triton_dist_plugin import fingerprint\nprint(fingerprint.triton_hash())")
+    hashes = {run_python(f"import sys; sys.argv = ['x', {arg!r}]\n{code}").stdout.strip() for arg in ("", "more")}
+    assert len(hashes) == 1 and all(hashes), hashes
+
+
+def test_a_config_whose_pre_hook_is_a_partial_is_described_without_an_address():
+    import functools
+
+    def hook(step, args):
+        return None
+
+    config = triton.Config({"BLOCK": 64}, pre_hook=functools.partial(hook, 1))
+    text = cache.describe(config)
+    assert " at 0x" not in text and "functools.partial" in text, text
+    other = triton.Config({"BLOCK": 64}, pre_hook=lambda args: None)
+    assert cache.describe(other) != cache.describe(triton.Config({"BLOCK": 64}, pre_hook=lambda args: 1))
+
+
+def test_a_function_level_entry_of_the_previous_layout_is_still_a_hit(tmp_path):
+    from triton_dist_plugin.tune import autotune
+
+    calls = []
+
+    def scaled(x, scale):
+        calls.append(scale)
+        return x * scale
+
+    space = [{"scale": 1.0}, {"scale": 2.0}]
+    x = torch.ones(8)
+    autotune(space, key_fn=lambda x: x.numel())(scaled)(x)
+    (path,) = sorted((tmp_path / "tdp-cache").glob("*/*.json"))
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "format": 1}))  # as the previous release wrote it
+    calls.clear()
+    autotune(space, key_fn=lambda x: x.numel())(scaled)(x)
+    assert len(calls) == 1  # the pick, called once: nothing timed
+
+
+def test_text_that_is_not_valid_unicode_is_refused_and_never_reaches_a_terminal(tuned_record, tmp_path, capsys):
+    with pytest.raises(records.RecordError, match="not valid Unicode"):
+        records.check({**tuned_record, "pick_config": "\ud800x"}, "kernel")
+    item = _manifest_item({**tuned_record, "kernel": "\ud800"}, "kernels/copy_or_nan/" + "0" * 32 + ".json")
+    source = tmp_path / "m.json"
+    source.write_text(json.dumps([item, {"relpath": "x/" + "1" * 32 + ".json", "record": tuned_record}]))
+    written, present, skipped = manifest.import_file(source)
+    assert written == 0 and len(skipped) == 2  # both skipped, each with its reason; nothing raised
+
+
+def test_a_misses_log_line_nested_too_deeply_is_skipped(tmp_path):
+    from triton_dist_plugin import untuned
+
+    root = tmp_path / "tdp-cache"
+    root.mkdir(parents=True, exist_ok=True)
+    good = json.dumps({"kernel": "k", "key": "(1,)", "why": "frozen mode"})
+    (root / untuned.MISSES).write_text("[" * 100000 + "]" * 100000 + "\n" + good + "\n")
+    assert [m["kernel"] for m in untuned.misses()] == ["k"]
+    assert cli.main(["misses"]) == 0
+
+
+def test_the_cli_says_in_one_line_what_it_cannot_write_or_which_setting_is_bad(tmp_path, monkeypatch, capsys):
+    assert cli.main(["export", "-o", str(tmp_path / "missing" / "x.json")]) == 1
+    assert cli.main(["report", "-o", str(tmp_path)]) == 1
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_SHARED", "yes")
+    assert cli.main(["list"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and "Traceback" not in "".join(err) and "TRITON_DIST_AUTOTUNE_SHARED" in err[-1], err
+
+
+def test_a_fresh_temporary_of_a_writer_that_looks_gone_is_left_alone(tmp_path):
+    """Another PID namespace under the same host name looks like a dead writer: only a temporary a
+    minute old is taken for one."""
+    import os
+    import time
+
+    from triton_dist_plugin import filestore
+
+    folder = tmp_path / "d"
+    filestore.write_json_atomic(folder / "a.json", {"x": 1}, root=tmp_path)
+    fresh = folder / f".b.json.{filestore._HOST}-999999999.{'0' * 16}.tmp"
+    old = folder / f".c.json.{filestore._HOST}-999999998.{'1' * 16}.tmp"
+    fresh.write_text("{}")
+    old.write_text("{}")
+    os.utime(old, (time.time() - 120, time.time() - 120))
+    filestore.write_json_atomic(folder / "a.json", {"x": 2}, root=tmp_path)
+    assert fresh.exists() and not old.exists()

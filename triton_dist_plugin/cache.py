@@ -70,7 +70,7 @@ def describe(value: Any, _seen: frozenset = frozenset()) -> str:
         return f"[{inner}]" if isinstance(value, list) else f"({inner})"
     if hasattr(value, "all_kwargs"):
         hook = getattr(value, "pre_hook", None)
-        extra = f", pre_hook={getattr(hook, '__qualname__', hook)}" if hook is not None else ""
+        extra = f", pre_hook={describe(hook, _seen)}" if hook is not None else ""  # a partial's repr holds an address
         return f"Config({', '.join(f'{k}={v!r}' for k, v in value.all_kwargs().items())}{extra})"
     kind = type(value)
     if kind.__module__ == "torch" and kind.__name__ in ("dtype", "device"):
@@ -286,7 +286,7 @@ class FunctionCache:
             return None
         store, record = found
         pick = record.get("pick")
-        if (record.get("format") != FORMAT or record.get("key") != repr(key) or not isinstance(pick, int)
+        if (record.get("key") != repr(key) or not isinstance(pick, int)
                 or not 0 <= pick < len(space_reprs) or record.get("pick_config") != space_reprs[pick]):
             warnings.warn(f"autotune cache {where(entry, store)} does not match {self.name}'s key or config space; "
                           "re-tuning", RuntimeWarning, stacklevel=2)

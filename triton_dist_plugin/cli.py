@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from . import cache, filestore, fingerprint, manifest, persist, records, untuned
+from . import cache, filestore, fingerprint, manifest, persist, records, settings, untuned
 
 
 @dataclass
@@ -190,6 +190,17 @@ def cmd_export(entries: list[Entry], fmt: str) -> str:
     return buf.getvalue()
 
 
+def _write(path: str, text: str, command: str) -> bool:
+    """Write an output file; a path that cannot be written is one line, not a traceback."""
+    try:
+        Path(path).write_text(text, errors="backslashreplace")
+        return True
+    except OSError as exc:
+        print(f"triton-dist-tune {command}: cannot write {path}: {exc.strerror or exc}; give a path in an existing, "
+              "writable directory", file=sys.stderr)
+        return False
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="triton-dist-tune", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -218,6 +229,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = sub.add_parser("misses", help="keys launched untuned (frozen mode, CUDA graph capture), to tune ahead")
     p.add_argument("name", nargs="?", default=None, help="only kernels whose name contains this")
     args = parser.parse_args(argv)
+    for stream in (sys.stdout, sys.stderr):  # text from a stored file prints, whatever it holds
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+    try:
+        settings.validate()
+    except settings.SettingError as exc:
+        print(f"triton-dist-tune: {exc}", file=sys.stderr)
+        return 2
     if args.command == "misses":
         print(cmd_misses(args.name))
         return 0
@@ -256,14 +275,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     elif args.command == "export":
         text = cmd_export(entries, args.format)
         if args.output:
-            Path(args.output).write_text(text)
+            if not _write(args.output, text, "export"):
+                return 1
             print(f"wrote {len(entries)} entries to {args.output}")
         else:
             print(text)
     elif args.command == "report":
         from . import html_report
 
-        Path(args.output).write_text(html_report.render(entries))
+        if not _write(args.output, html_report.render(entries), "report"):
+            return 1
         print(f"wrote a report of {len(entries)} entries to {args.output}")
     elif args.command == "clear":
         if not args.name and not args.all and not args.kernels and not args.functions:

@@ -179,9 +179,11 @@ def _alive(pid: int) -> bool:
 
 
 def _stale(name: str, st: os.stat_result) -> bool:
-    """A temporary whose writer died: it ran on this host and is gone, or it is old."""
+    """A temporary whose writer died: it ran on this host, is gone and the file is a minute old
+    (a writer in another PID namespace of the same host name looks gone: it gets that long), or
+    it is old."""
     ours = _OURS.fullmatch(name)
-    if ours and ours["host"] == _HOST and not _alive(int(ours["pid"])):
+    if ours and ours["host"] == _HOST and not _alive(int(ours["pid"])) and time.time() - st.st_mtime > 60:
         return True
     return time.time() - st.st_mtime > STALE_SECONDS
 

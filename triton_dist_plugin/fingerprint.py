@@ -21,8 +21,10 @@ from . import _compat
 @functools.lru_cache(maxsize=1)
 def triton_hash() -> str:
     """Triton's ``triton_key()`` (its sources and compiled library) where kernels compile; under
-    the interpreter, which compiles nothing, the version and the size and time of each of its
-    files (the same changes, without reading hundreds of MB)."""
+    the interpreter, which compiles nothing, the version and its installed files' own hashes
+    (the distribution's ``RECORD``: the same on every machine with the same build, without
+    reading hundreds of MB), else the size of each source file. Bytecode caches never count:
+    they are written as modules are first imported."""
     if not _compat.interpret():
         try:
             try:
@@ -35,16 +37,37 @@ def triton_hash() -> str:
     import triton
 
     h = hashlib.sha256(f"interpreter {triton.__version__}".encode())
+    record = _installed_record()
+    if record is not None:
+        h.update(record.encode())
+        return h.hexdigest()
     top = Path(triton.__file__).parent
     for folder, dirs, files in os.walk(top):
-        dirs.sort()
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in sorted(files):
+            if name.endswith((".pyc", ".pyo")):
+                continue
             try:
-                st = os.stat(os.path.join(folder, name), follow_symlinks=False)
+                size = os.stat(os.path.join(folder, name), follow_symlinks=False).st_size
             except OSError:
                 continue
-            h.update(f"{os.path.relpath(os.path.join(folder, name), top)} {st.st_size} {st.st_mtime_ns}\n".encode())
+            h.update(f"{os.path.relpath(os.path.join(folder, name), top)} {size}\n".encode())
     return h.hexdigest()
+
+
+def _installed_record() -> Any:
+    """The ``RECORD`` of the distribution that provides ``triton`` (upstream's or Triton-Ascend's),
+    less its bytecode lines; None where none is found (a source checkout)."""
+    from importlib import metadata
+
+    for dist in ("triton", "triton-ascend"):
+        try:
+            text = metadata.distribution(dist).read_text("RECORD")
+        except metadata.PackageNotFoundError:
+            continue
+        if text:
+            return "\n".join(sorted(line for line in text.splitlines() if ".pyc," not in line))
+    return None
 
 
 @functools.cache

@@ -99,7 +99,10 @@ def import_file(path: Path) -> tuple[int, int, list[str]]:
         except ValueError as exc:
             skipped.append(f"{label}: {exc}")
             continue
-        why = _mismatch(record, hardware) or _own_id(kind, record, place)
+        try:
+            why = _mismatch(record, hardware) or _own_id(kind, record, place)
+        except Exception as exc:  # noqa: BLE001 - one odd entry never stops the others
+            why = f"it cannot be checked ({type(exc).__name__}: {exc})"
         if why:
             skipped.append(f"{label} {record.get(kind)} {record['key'][:200]}: {why}")
             continue

@@ -35,6 +35,10 @@ def _text(value: Any, where: str, optional: bool = False) -> None:
         _fail(where, f"is {type(value).__name__}, expected text")
     if len(value) > _TEXT:
         _fail(where, f"holds {len(value)} characters, more than {_TEXT}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: JSON allows it, no file or terminal does
+        _fail(where, "holds text that is not valid Unicode")
 
 
 def _number(value: Any, where: str, optional: bool = False, integer: bool = False) -> None:

@@ -126,7 +126,7 @@ def misses(root: Optional[Path] = None) -> list[dict]:
     for text in (raw or b"").decode(errors="replace").splitlines():
         try:
             item = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # a torn or hostile line: skipped
             continue
         if isinstance(item, dict) and isinstance(item.get("kernel"), str) and isinstance(item.get("key"), str):
             out.append(item)
