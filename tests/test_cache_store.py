@@ -26,6 +26,7 @@ from helpers import DEVICE, ROOT, Recorder, install_example, run_python
 import triton_dist_plugin as tdp
 from kernels import KERNELS
 from triton_dist_plugin import PluginError, hookimpl
+from triton_dist_plugin.requests import CacheEntry
 from triton_dist_plugin.tune import autotune
 
 ADD, SCALE = KERNELS["add"], KERNELS["scale"]
@@ -439,3 +440,24 @@ def test_redis_values_that_are_not_records_warn_and_never_raise(redis_server, tm
         # Warned for both the kernel's and the function's entry; the local file store answers.
         assert again["corrupt"] == 2 and again["kernel_timed"] == 0 and again["function_timed"] == 0, name
         assert again["pick"] == first["pick"], name
+
+
+def test_a_redis_password_never_appears_in_a_warning(monkeypatch):
+    """The URL names the server in every message, without its password."""
+    import importlib.util
+    import warnings
+
+    source = Path(__file__).resolve().parents[1] / "hooks" / "tdp-redis-store" / "tdp_redis_store.py"
+    spec = importlib.util.spec_from_file_location("tdp_redis_store_source", source)  # this checkout's
+    store = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(store)
+    monkeypatch.setenv(store.URL_ENV, "redis://:hunter2@127.0.0.1:1/0")  # nothing listens on port 1
+    store._warned.clear()
+    entry = CacheEntry("kernel", "k", "0" * 32, Path("/nonexistent/x.json"))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert store.tdp_cache_get(entry) is None
+        with pytest.raises(OSError) as raised:
+            store.tdp_cache_put(entry, {"format": 2})
+    texts = [str(w.message) for w in seen] + [str(raised.value)]
+    assert texts and all("hunter2" not in t for t in texts) and any(":***@127.0.0.1" in t for t in texts), texts

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from typing import Any, Optional
 
@@ -27,6 +28,11 @@ TIMEOUT_S = 2.0  # a server that is down must not stall a launch
 _clients: dict = {}
 _malformed: dict = {}  # URL -> why redis-py cannot parse it: it stays malformed for the process
 _warned: set = set()
+
+
+def shown(url: str) -> str:
+    """The URL as messages print it: a password in it is never shown."""
+    return re.sub(r"(//[^/@]*?:)[^/@]*@", r"\1***@", url)
 
 
 def redis_key(entry: Any) -> str:
@@ -47,7 +53,7 @@ def _client(url: str) -> Any:
         except (ValueError, TypeError) as exc:  # what redis-py raises for a URL it cannot parse
             _malformed[url] = str(exc)
     if url in _malformed:
-        raise BadURL(f"malformed {URL_ENV}={url!r} ({_malformed[url]})")
+        raise BadURL(f"malformed {URL_ENV}={shown(url)!r} ({_malformed[url]})")
     return _clients[url]
 
 
@@ -73,10 +79,10 @@ def tdp_cache_get(entry: Any) -> Optional[dict]:
         _warn_once(url, str(exc))
         return None
     except redis.RedisError as exc:
-        _warn_once(url, f"cannot reach Redis at {url} ({exc})")
+        _warn_once(url, f"cannot reach Redis at {shown(url)} ({exc})")
         return None
     except (ValueError, TypeError, OSError) as exc:  # a URL parsed, but with options the client rejects
-        _warn_once(url, f"cannot use Redis at {url} ({exc})")
+        _warn_once(url, f"cannot use Redis at {shown(url)} ({exc})")
         return None
     if raw is None:
         return None
@@ -85,7 +91,7 @@ def tdp_cache_get(entry: Any) -> Optional[dict]:
         if not isinstance(record, dict):
             raise ValueError("not a JSON object")
     except (ValueError, RecursionError) as exc:
-        warnings.warn(f"tdp-redis-store: corrupt value {key} in Redis at {url} ({str(exc)[:200]}); ignoring it, "
+        warnings.warn(f"tdp-redis-store: corrupt value {key} in Redis at {shown(url)} ({str(exc)[:200]}); ignoring it, "
                       "it will be re-tuned and replaced", RuntimeWarning, stacklevel=2)
         return None
     return record
@@ -104,4 +110,4 @@ def tdp_cache_put(entry: Any, record: dict) -> None:
     except BadURL as exc:
         raise OSError(f"cannot write {redis_key(entry)} to Redis: {exc}") from exc
     except (redis.RedisError, ValueError, TypeError) as exc:
-        raise OSError(f"cannot write {redis_key(entry)} to Redis at {url}: {exc}") from exc
+        raise OSError(f"cannot write {redis_key(entry)} to Redis at {shown(url)}: {exc}") from exc
