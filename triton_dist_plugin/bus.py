@@ -121,11 +121,16 @@ def cache_get(entry: Any) -> Optional[tuple[str, dict]]:
         try:
             return impl.plugin_name, records.check(record, entry.kind)
         except records.RecordError as exc:
-            place = entry.path if impl.plugin_name == filestore.NAME else \
-                f"{entry.kind}:{entry.name}:{entry.digest} from the store {impl.plugin_name!r}"
-            warnings.warn(f"invalid autotune cache entry {place} ({exc}); ignoring it, it will be re-tuned and "
-                          "replaced", RuntimeWarning, stacklevel=4)
+            warnings.warn(f"invalid autotune cache entry {where(entry, impl.plugin_name)} ({exc}); ignoring it, it "
+                          "will be re-tuned and replaced", RuntimeWarning, stacklevel=4)
     return None
+
+
+def where(entry: Any, store: str) -> str:
+    """The entry as a warning names it: its file, or its id in the store that answered."""
+    if store == filestore.NAME:
+        return str(entry.path)
+    return f"{entry.kind}:{entry.name}:{entry.digest} (from the store {store!r})"
 
 
 def cache_put(entry: Any, record: dict) -> None:

@@ -234,13 +234,6 @@ def cache_entry(kind: str, name: str, directory: Path, source: str, hw: dict, ke
     return CacheEntry(kind, name, digest, directory / f"{digest}.json", root=root)
 
 
-def where(entry: CacheEntry, store: str) -> str:
-    """The entry as a warning names it: its file, or its id in the store that answered."""
-    if store == filestore.NAME:
-        return str(entry.path)
-    return f"{entry.kind}:{entry.name}:{entry.digest} (from the store {store!r})"
-
-
 def entry_header(field: str, name: str, key: Any, source: str, hw: dict, context: Optional[dict] = None) -> dict:
     """The fields every entry starts with (``field`` names what was tuned: function or kernel)."""
     return {"format": FORMAT, field: name, "key": repr(key), "source": source, "hardware": hw,
@@ -288,7 +281,7 @@ class FunctionCache:
         pick = record.get("pick")
         if (record.get("key") != repr(key) or not isinstance(pick, int)
                 or not 0 <= pick < len(space_reprs) or record.get("pick_config") != space_reprs[pick]):
-            warnings.warn(f"autotune cache {where(entry, store)} does not match {self.name}'s key or config space; "
+            warnings.warn(f"autotune cache {bus.where(entry, store)} does not match {self.name}'s key or config space; "
                           "re-tuning", RuntimeWarning, stacklevel=2)
             return None
         if settings.value(VERSION_CHECK_ENV) and record.get("versions") != versions():

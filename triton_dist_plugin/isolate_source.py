@@ -88,15 +88,21 @@ def module_of(fn: Any) -> Optional[str]:
         return None
 
 
+def heuristics_of(fn: Any) -> tuple[list, Any]:
+    """The ``@triton.heuristics`` over ``fn``, outermost first, and what they wrap."""
+    layers = []
+    while isinstance(fn, _compat.autotuner_module.Heuristics):
+        layers.append(fn)
+        fn = fn.fn
+    return layers, fn
+
+
 def locate(fn: Any) -> tuple[dict, list]:
     """What a job says of ``fn``: ``{"module", "name", "kind"}`` to import its ``@triton.jit``
     function, or ``{"source", "name", "kind"}`` to rebuild it; and the ``@triton.heuristics``
     over it, outermost first, which this process evaluates for each candidate
     (``with_heuristics``): a wrapper made where no module names it is found all the same."""
-    layers, jit = [], fn
-    while isinstance(jit, _compat.autotuner_module.Heuristics):
-        layers.append(jit)
-        jit = jit.fn
+    layers, jit = heuristics_of(fn)
     try:
         module, name = where(jit)
         return {"module": module, "name": name, "kind": type(jit).__name__}, layers

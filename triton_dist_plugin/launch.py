@@ -265,10 +265,7 @@ def _isolation(instance: Any, state: KernelState, args: tuple, kwargs: dict, con
         return None, {}
     _, launch, named, _ = split_launch(state, args, kwargs)
     grid = kwargs.get("grid")
-    layers, fn = [], instance.fn
-    while isinstance(fn, _compat.autotuner_module.Heuristics):  # the grid sees their values, as at a launch
-        layers.append(fn)
-        fn = fn.fn
+    layers = isolate_source.heuristics_of(instance.fn)[0]  # the grid sees their values, as at a launch
     runs: dict = {}
     for i, config in enumerate(configs):
         meta = state.launch_kwargs(config)

@@ -28,13 +28,12 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from . import _compat, bus, cache, filestore, fingerprint, manifest, records, settings
+from . import _compat, bus, cache, filestore, fingerprint, manifest, records, search, settings
 from .requests import CacheEntry
 
 ENV = "TRITON_DIST_AUTOTUNE_PERSIST"
 FORMAT = cache.FORMAT  # the same record layout as function-level entries
 DIRECTORY = "kernels"
-SEARCH_ENV = "TRITON_DIST_AUTOTUNE_SEARCH"
 
 
 def context(device: str, configs: list, method: str, accuracy: bool, isolated: bool) -> dict:
@@ -42,7 +41,7 @@ def context(device: str, configs: list, method: str, accuracy: bool, isolated: b
     described = [f"{cache.describe(c)} | {c}" for c in configs]
     return {"triton": fingerprint.triton_hash(), "backend": fingerprint.backend_hash(device),
             "env": fingerprint.compile_env(), "plugin": cache.versions().get("triton-dist-plugin", "?"),
-            "method": method, "search": settings.value(SEARCH_ENV), "accuracy": bool(accuracy),
+            "method": method, "search": settings.value(search.SEARCH_ENV), "accuracy": bool(accuracy),
             "isolated": bool(isolated),
             "configs": hashlib.sha256("\n".join(described).encode()).hexdigest()}
 
@@ -97,9 +96,8 @@ class KernelStore:
         if found is None:
             return None
         store, record = found
-        if (record.get("key") != repr(key) or record.get("kernel") != self.name or record.get("source") != self.source
-                or record.get("hardware") != self.hw or record.get("context") != self.context):
-            warnings.warn(f"autotune cache {cache.where(entry, store)} is not {self.name}'s entry for key {key} "
+        if record.get("key") != repr(key) or not self._ours(record) or record.get("context") != self.context:
+            warnings.warn(f"autotune cache {bus.where(entry, store)} is not {self.name}'s entry for key {key} "
                           "here; re-tuning", RuntimeWarning, stacklevel=3)
             return None
         if settings.value(cache.VERSION_CHECK_ENV) and record.get("versions") != cache.versions():
@@ -110,7 +108,12 @@ class KernelStore:
             return None
         stored = {c.get("config"): c.get("timing") for c in record.get("candidates", []) if isinstance(c, dict)}
         timings = {c: _timing(stored[d]) for c, d in zip(configs, described) if d in stored}
-        return described.index(pick), timings, cache.where(entry, store)
+        return described.index(pick), timings, bus.where(entry, store)
+
+    def _ours(self, record: dict) -> bool:
+        """An entry of this kernel, source and hardware (any key, any context)."""
+        return record.get("kernel") == self.name and record.get("source") == self.source and \
+            record.get("hardware") == self.hw
 
     def _records(self):
         """``(key, record)`` for every stored key of this kernel on this machine (this source)."""
@@ -118,8 +121,7 @@ class KernelStore:
 
         for path in filestore.scan(self.dir, self.root):
             record = filestore.read_json(path, self.root)
-            if not records.valid(record, "kernel") or record.get("kernel") != self.name or \
-                    record.get("source") != self.source or record.get("hardware") != self.hw or \
+            if not records.valid(record, "kernel") or not self._ours(record) or \
                     not _same_setting(record.get("context"), self.context):
                 continue
             try:
