@@ -16,7 +16,8 @@ in ``--tests``, a small one gives the fixtures these files use (``device``, ``fr
 ``fresh_triton_cache``). Of ``test_decorator.py`` only the tests that use ``triton.autotune``
 run.
 
-Four runs, each a fresh pytest process under ``TRITON_INTERPRET=1`` with ``--device cpu``:
+Four runs, each a fresh pytest process, under ``TRITON_INTERPRET=1`` with ``--device cpu`` (the
+default), or on the GPU with ``--device cuda``:
 upstream only (``TRITON_DIST_PLUGIN_DISABLE=1``, the plugin never imported) and with the plugin
 (imported by a ``-p`` module before any test is collected), each twice. Every run gets a fresh
 ``TRITON_CACHE_DIR``, and all share one ``HOME`` (a temporary directory): a second run with
@@ -147,28 +148,31 @@ CONFTEST = textwrap.dedent('''
 ''')
 
 
-def child_env(base: dict, home: Path, cache: Path, helpers: Path, outcomes: Path, side: str) -> dict:
+def child_env(base: dict, home: Path, cache: Path, helpers: Path, outcomes: Path, side: str,
+              device: str = "cpu") -> dict:
     """The caller's environment without any setting of this plugin or of Triton's caches, so
     both sides start from the defaults; then the run's own HOME, cache and helper modules."""
     dropped = ("TRITON_DIST_", "TDP_", "TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR",
-               "TRITON_OVERRIDE_DIR", "TRITON_ALWAYS_COMPILE", "PYTEST_ADDOPTS")
+               "TRITON_OVERRIDE_DIR", "TRITON_ALWAYS_COMPILE", "PYTEST_ADDOPTS", "TRITON_INTERPRET")
     env = {k: v for k, v in base.items() if not k.startswith(dropped)}
-    env.update(HOME=str(home), TRITON_CACHE_DIR=str(cache), TRITON_INTERPRET="1", PYTHONDONTWRITEBYTECODE="1",
+    env.update(HOME=str(home), TRITON_CACHE_DIR=str(cache), PYTHONDONTWRITEBYTECODE="1",
                PYTHONPATH=os.pathsep.join(filter(None, [str(helpers), base.get("PYTHONPATH")])))
     env[OUTCOMES_ENV] = str(outcomes)
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
     if side == UPSTREAM:
         env["TRITON_DIST_PLUGIN_DISABLE"] = "1"  # inert even if something imported it
     return env
 
 
-def run_once(python: str, work: Path, side: str, index: int, home: Path, timeout: float) -> dict:
+def run_once(python: str, work: Path, side: str, index: int, home: Path, timeout: float, device: str = "cpu") -> dict:
     cache = work / f"triton-cache-{side}-{index}"
     outcomes = work / f"outcomes-{side}-{index}.json"
     cmd = [python, "-m", "pytest", "-q", "-rN", "-p", "no:cacheprovider", "-p", "tdp_upstream_report",
            *(["-p", "tdp_upstream_activate"] if side == PLUGIN else []),
            "-c", str(work / "tests" / "pytest.ini"), "--rootdir", str(work / "tests"), "-o", f"timeout={int(timeout)}",
-           "--device", "cpu", *FILES]
-    env = child_env(dict(os.environ), home, cache, work / "helpers", outcomes, side)
+           "--device", device, *FILES]
+    env = child_env(dict(os.environ), home, cache, work / "helpers", outcomes, side, device)
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=work / "tests", env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
@@ -222,6 +226,8 @@ def main(argv: Any = None) -> int:
     parser.add_argument("--runs", type=int, default=2, help="runs per side (default 2)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per test (pytest-timeout)")
     parser.add_argument("--python", default=sys.executable, help="interpreter with triton, torch, pytest, the plugin")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="cpu: Triton's interpreter (default); cuda: the GPU")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (printed)")
     args = parser.parse_args(argv)
 
@@ -230,13 +236,14 @@ def main(argv: Any = None) -> int:
         digests = prepare(args.tests.resolve(), work)
         home = work / "home"
         home.mkdir()
+        interpret = {"TRITON_INTERPRET": "1"} if args.device == "cpu" else {}
         version = subprocess.run([args.python, "-c", "import triton; print(triton.__version__)"], capture_output=True,
-                                 text=True, env={**os.environ, "TRITON_INTERPRET": "1"}).stdout.strip()
+                                 text=True, env={**os.environ, **interpret}).stdout.strip()
         print(f"triton {version}; tests from {args.tests}", flush=True)
         runs = []
         for index in range(1, args.runs + 1):
             for side in (UPSTREAM, PLUGIN):
-                run = run_once(args.python, work, side, index, home, args.timeout)
+                run = run_once(args.python, work, side, index, home, args.timeout, args.device)
                 runs.append(run)
                 counts = ", ".join(f"{n} {k}" for k, n in sorted(run["counts"].items()))
                 print(f"{side:8} run {index}: {counts} ({run['seconds']}s)", flush=True)
@@ -251,7 +258,8 @@ def main(argv: Any = None) -> int:
                     print(f"  {r['test']:{width}}  {r[UPSTREAM]:8}  {r[PLUGIN]:8}  "
                           f"{(r['plugin_message'] or r['upstream_message'] or ' ').splitlines()[0][:100]}")
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"triton": version, "python": args.python, "tests": str(args.tests),
+        args.out.write_text(json.dumps({"triton": version, "device": args.device, "python": args.python,
+                                        "tests": str(args.tests),
                                         "files": digests, "runs": runs, "differences": diffs}, indent=1))
         print(f"\nwritten: {args.out}")
         return 1 if any(diffs.values()) else 0

@@ -100,19 +100,33 @@ def _out_of_resources(nargs):
     raise OutOfResources(1 << 20, 1 << 16, "shared memory")
 
 
-def test_every_candidate_failing_is_a_runtime_error_listing_each_reason():
-    # Failures upstream counts as a failed config (here OutOfResources, raised before each launch).
+def test_every_candidate_out_of_resources_keeps_the_first_and_its_launch_raises():
+    # Failures upstream counts as a failed config (here OutOfResources, raised before each launch):
+    # as upstream, the first config is kept and its launch raises what stopped it.
+    from triton.runtime.errors import OutOfResources
+
     bad = [triton.Config({"BLOCK": 64}, pre_hook=_out_of_resources),
            triton.Config({"BLOCK": 128}, pre_hook=_out_of_resources)]
     kernel = triton.autotune(configs=bad, key=["n"])(_copy)
-    with pytest.raises(RuntimeError, match="every candidate of _copy failed") as info:
+    with pytest.raises(OutOfResources):
         _launch_copy(kernel)
+    assert list(kernel.cache.values()) == [bad[0]]
+
+
+def test_every_candidate_failing_is_a_runtime_error_listing_each_reason():
+    from triton_dist_plugin import engine
+
+    def call(config):
+        def run():
+            raise RuntimeError(f"broken {config}")
+        return run
+
+    request = tdp.TuningRequest("k", (1,), "cpu", {}, {})
+    with pytest.raises(RuntimeError, match="every candidate of k failed") as info:
+        engine.run_candidates(request, [1, 2], call, method="wall")
     assert isinstance(info.value, tdp.NoValidConfig)
-    assert set(info.value.failures) == set(bad)
-    for config in bad:
-        assert str(config) in str(info.value)
-        assert "OutOfResources" in info.value.failures[config]
-    assert not kernel.cache  # nothing picked silently
+    assert set(info.value.failures) == {1, 2}
+    assert all("broken" in info.value.failures[c] for c in (1, 2))
 
 
 def test_every_candidate_failing_with_an_error_upstream_lets_through_raises_that_error():

@@ -11,6 +11,7 @@ import time
 
 import torch
 import triton
+import triton.language as tl
 from search_space import BEST, SPACE, bowl, copy, forked_prepare, name
 from test_distributed import run_ranks
 
@@ -119,3 +120,24 @@ def test_one_skipped_on_early_evidence_is_compiled_by_the_workers_once_evidence_
     assert (5, False) in asked and (5, True) in asked
     assert done == {} and sorted(arrived) == list(range(6)) and arrived[-1] == 5  # compiled after 512 arrived
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(map(str, blocks))
+
+
+def test_no_compile_is_given_up_where_the_kernels_own_hooks_or_timer_watch_each_candidate():
+    # Upstream launches every candidate and hands its failure (OutOfResources at load on a GPU)
+    # to the post_hook; a compile given up for being slow would never reach it.
+    from triton_dist_plugin import candidates
+
+    @triton.jit
+    def kernel(x, BLOCK: tl.constexpr):
+        pass
+
+    configs = [triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})]
+
+    def tuner(**options):
+        return triton.autotune(configs=configs, key=[], **options)(kernel)
+
+    assert not candidates.observed(tuner())
+    assert not candidates.observed(tuner(reset_to_zero=["x"], restore_value=["x"]))  # upstream's own hooks
+    assert candidates.observed(tuner(pre_hook=lambda nargs, reset_only=False: None))
+    assert candidates.observed(tuner(post_hook=lambda nargs, exception: None))
+    assert candidates.observed(tuner(do_bench=lambda fn, quantiles: [1.0] * 3))

@@ -47,9 +47,17 @@ def screen_for(instance: Any, do_bench: Optional[Callable]) -> Optional[engine.S
     ``rep=`` (``do_bench`` with other budgets; the finalists are still timed by it). A kernel's
     own timer, or ``use_cuda_graph=True``, measures what events may not: it times every candidate.
     """
-    if do_bench is not None and (not _from_deprecated_counts(do_bench) or getattr(instance, "use_cuda_graph", False)):
+    if own_timer(instance, do_bench):
         return None
     return engine.Screen() if settings.value(SEARCH_ENV) != "exhaustive" else None
+
+
+def own_timer(instance: Any, do_bench: Optional[Callable]) -> bool:
+    """``do_bench`` (``user_do_bench``'s) is the kernel's own timer, not upstream's default one
+    with other budgets (``warmup=``/``rep=``, unless with ``use_cuda_graph=True``)."""
+    if do_bench is None:
+        return False
+    return not _from_deprecated_counts(do_bench) or bool(getattr(instance, "use_cuda_graph", False))
 
 
 def _is_default(bench: Any) -> bool:

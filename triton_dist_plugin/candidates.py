@@ -126,7 +126,20 @@ def precompile(instance: Any, state: KernelState, args: tuple, kwargs: dict, con
     """Compile every candidate up front (``precompile.py``); ``{config: reason}`` for failures.
     ``on_ready(i)`` runs as soon as ``configs[i]`` has compiled."""
     return _precompile.precompile(instance.fn, args, kwargs, configs, state.launch_kwargs, state.arg_names, group,
-                                  on_ready, wanted)
+                                  on_ready, wanted, give_up=not observed(instance))
+
+
+def observed(instance: Any) -> bool:
+    """The kernel's own ``pre_hook``/``post_hook`` or ``do_bench`` see each candidate's launch.
+
+    Upstream launches every candidate, however long it takes to compile, and hands its failure
+    (``OutOfResources`` at load, say) to the ``post_hook``; where such code watches, no compile
+    is given up for being slow, so each of its candidates still reaches it.
+    """
+    from .benchmarker import own_timer, user_do_bench
+
+    hooked = getattr(instance, "user_defined_pre_hook", False) or getattr(instance, "user_defined_post_hook", False)
+    return bool(hooked) or own_timer(instance, user_do_bench(instance))
 
 
 def compile_all(instance: Any, state: KernelState, request: TuningRequest, args: tuple, kwargs: dict,

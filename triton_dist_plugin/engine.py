@@ -79,6 +79,13 @@ def let_through(failures: dict) -> Optional[BaseException]:
     return None
 
 
+def all_upstream_failures(failures: dict) -> bool:
+    """Every candidate failed in a way upstream times as infinity (``OutOfResources`` and the like):
+    upstream would then keep the first candidate and fail at its launch."""
+    return bool(failures) and all(isinstance(getattr(r, "exc", None), _compat.UPSTREAM_FAILED_CONFIG)
+                                  for r in failures.values())
+
+
 class Timing(list):
     """``[p50, p20, p80]`` from a kernel's own ``do_bench``; ``raw`` is what it returned, which
     upstream stores in ``configs_timings`` and hands back from ``_bench`` unchanged."""

@@ -231,7 +231,15 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
         instance.cache[key] = untuned.frozen_miss(state.name, key, tuned, configs[0], instance, request.device)
         return instance.cache[key]
     else:
-        bench()
+        try:
+            bench()
+        except engine.NoValidConfig as exc:
+            if not engine.all_upstream_failures(exc.failures):
+                raise
+            # As upstream: every candidate infinitely slow, the first is kept (in memory only) and
+            # its launch raises what stopped it (OutOfResources, say), which code may catch.
+            instance.cache[key] = configs[0]
+            return configs[0]
         if store is not None and distributed.writes_cache(group):
             _persist(store, state, key, outcome, method)
     best = instance.cache[key]

@@ -39,7 +39,7 @@ last: dict = {}
 def warm_all(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict], device: Any = None,
              inputs: Optional[dict] = None, group: Any = None, cache_id: Optional[str] = None,
              on_ready: Optional[Callable[[int], None]] = None,
-             wanted: Optional[Callable[[int], bool]] = None) -> dict[int, str]:
+             wanted: Optional[Callable[[int], bool]] = None, give_up: bool = True) -> dict[int, str]:
     """Compile candidate ``i`` as ``warm(*args, **meta, **launch_kwargs[i])`` for every ``i``.
 
     ``device`` is the parent's current device for stage 1 (``None`` skips it). ``inputs`` gives
@@ -49,7 +49,8 @@ def warm_all(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict],
     cache; a candidate that failed on any rank is failed on every rank. Returns ``{i: reason}``
     for the candidates that failed. ``on_ready(i)`` runs (in any thread) as soon as candidate
     ``i`` is compiled and loaded here. Without a group, forked workers ask ``wanted(i)`` before
-    they start candidate ``i``; those turned down are left out, as ``stream.SKIPPED``.
+    they start candidate ``i``; those turned down are left out, as ``stream.SKIPPED``, and, with
+    ``give_up``, a compile far slower than the rest of its step is given up (``forked_compile``).
     """
     inputs = inputs or {}
     count = len(launch_kwargs)
@@ -59,7 +60,7 @@ def warm_all(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict],
         return {}
     if group is None or distributed.world_size(group) < 2:
         return _compile(warm, args, meta, launch_kwargs, list(range(count)), device, inputs, on_ready=on_ready,
-                        wanted=wanted, give_up=True) if on else {}
+                        wanted=wanted, give_up=give_up) if on else {}
     # Every rank of the group takes part in both exchanges, whatever its own settings, so that none
     # waits in vain; a rank that compiles nothing up front shares its cache with no one.
     position, peers = distributed.host_peers(group, cache_id if on else None)
@@ -172,9 +173,10 @@ def current_device() -> Any:
 def precompile(fn: Any, args: tuple, kwargs: dict, configs: list, launch_kwargs: Callable[[Any], dict],
                arg_names: Optional[list] = None, group: Any = None,
                on_ready: Optional[Callable[[int], None]] = None,
-               wanted: Optional[Callable[[int], bool]] = None) -> dict:
+               wanted: Optional[Callable[[int], bool]] = None, give_up: bool = True) -> dict:
     """Compile ``configs`` of ``fn`` for a launch with ``args`` and ``kwargs``; ``{config: reason}``
-    for those that failed. Under ``group``, ranks sharing a compile cache split the work."""
+    for those that failed. Under ``group``, ranks sharing a compile cache split the work.
+    ``give_up=False`` waits for every compile, however slow (see ``warm_all``)."""
     warm = getattr(fn, "warmup", None)
     if warm is None:
         return {}
@@ -183,7 +185,7 @@ def precompile(fn: Any, args: tuple, kwargs: dict, configs: list, launch_kwargs:
     inputs = hooked_inputs(configs, args, meta, kwargs_of, arg_names or [])
     device = current_device()
     cache_id = forked_compile.shared_cache_dir() if device is not None else None
-    failed = warm_all(warm, args, meta, kwargs_of, device, inputs, group, cache_id, on_ready, wanted)
+    failed = warm_all(warm, args, meta, kwargs_of, device, inputs, group, cache_id, on_ready, wanted, give_up)
     return {configs[i]: reason for i, reason in failed.items()}
 
 

@@ -165,7 +165,8 @@ SETTINGS: tuple[Setting, ...] = (
             f"{_SECONDS}, such as 300"),
     Setting("TRITON_DIST_AUTOTUNE_COMPILE_STRAGGLER", "number", "`5`",
             "a candidate still compiling once the rest of its step is in, after this many times the step's "
-            "median compile (and at least 10 s), is given up and never timed (not under a tuning group); "
+            "median compile (and at least 10 s), is given up and never timed (not under a tuning group, nor where "
+            "the kernel's own `pre_hook`/`post_hook` or `do_bench` watches each candidate); "
             "`0`: wait for every compile", _number(5.0, zero=True), "a number >= 0, such as 5"),
     Setting("TRITON_DIST_DIRECT_LAUNCH", "flag", "on",
             "`0`: cache-hit launches go through `JITFunction.run` instead of the direct launcher", _flag(True),
