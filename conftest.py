@@ -10,9 +10,10 @@ from pathlib import Path
 
 # No test writes under the user's home: the whole session gets a home of its own (Triton's
 # default cache, and so the plugin's kernel-level picks, included), before Triton is imported;
-# the end of the session checks that nothing of the plugin's appeared under the real one.
+# the end of the session checks that nothing appeared where the plugin or Triton keep files under
+# the real one.
 _REAL_HOME = Path(os.environ.get("HOME") or os.path.expanduser("~"))
-_WATCHED = [_REAL_HOME / ".triton_dist", _REAL_HOME / ".triton" / "cache" / "triton_dist"]
+_WATCHED = [_REAL_HOME / ".triton_dist", _REAL_HOME / ".triton", Path.cwd() / ".autotune_logs"]
 _BEFORE = {str(p): sorted(str(f) for f in p.rglob("*")) if p.is_dir() else None for p in _WATCHED}
 os.environ["HOME"] = tempfile.mkdtemp(prefix="tdp-test-home-")
 
@@ -34,9 +35,10 @@ for var in ("TRITON_BENCH_METHOD", "TRITON_PRINT_AUTOTUNING", "TRITON_DIST_PLUGI
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Fail the run if a test wrote the plugin's files under the real home directory."""
+    """Fail the run if a test wrote under the real home directory (or the contextual tuner's logs
+    into the directory the tests were started from)."""
     after = {str(p): sorted(str(f) for f in p.rglob("*")) if p.is_dir() else None for p in _WATCHED}
     if after != _BEFORE:
         changed = [p for p in after if after[p] != _BEFORE[p]]
-        print(f"\ntests wrote under the real home directory: {', '.join(changed)}")
+        print(f"\ntests wrote outside their temporary directories: {', '.join(changed)}")
         session.exitstatus = 1

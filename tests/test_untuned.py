@@ -18,9 +18,12 @@ ADD = KERNELS["add"]
 
 
 @pytest.fixture
-def capturing(monkeypatch):
-    monkeypatch.setattr(untuned, "capturing", lambda: True)
-    return monkeypatch
+def capturing():
+    # A patch of its own: undoing it (the capture ends) leaves the test's other settings alone,
+    # the cache directories among them.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(untuned, "capturing", lambda: True)
+        yield patch
 
 
 def launch(kernel, n):

@@ -6,6 +6,17 @@
 without taking tuning down, a launch path as cheap as a direct launch once a key is tuned, and a
 pluggy hook bus (see :mod:`triton_dist_plugin.hookspecs`). ``TRITON_DIST_PLUGIN_DISABLE=1``
 makes the import patch nothing; ``activate()`` / ``deactivate()`` switch it at run time.
+
+Where to go next:
+
+- ``triton_dist_plugin.tune.autotune``: tune a host function over configs (``@autotune(...)``);
+- ``triton_dist_plugin.autotuner.contextual_autotune``: tune a whole step of several kernels;
+- ``tuning_group()`` / ``set_tuning_group()``: one pick for every rank of a process group;
+- ``configs=[]`` in ``@triton.autotune``: candidates generated from the kernel (``tiling``);
+- ``triton-dist-tune --help``: the stored picks (list, show, report, export, import, clear,
+  pretune, misses);
+- ``python -m triton_dist_plugin.settings``: every setting, its default and meaning;
+- the documentation in the repository's ``docs/`` folder (``index.md`` first).
 """
 
 from __future__ import annotations

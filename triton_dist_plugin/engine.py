@@ -349,7 +349,9 @@ def run_candidates(
             raise error
         if hasattr(original, "add_note"):
             original.add_note(str(error))
-        raise original
+        # Raised from here, not from deep in the timing loop: the traceback keeps the caller's
+        # frames and the cause (the kernel's own line), not the plugin's timing machinery.
+        raise original.with_traceback(None)
     best = min(valid, key=valid.get)
     return Outcome(best=best, timings=timings, failures=failures, bench_time=time.perf_counter() - start,
                    measured=[c for c in finalists if c in calls])
