@@ -732,6 +732,27 @@ def test_early_config_prune_returning_nothing_raises_like_upstream():
         assert seen[PLUGIN][0] is seen[OWN][0] is ValueError
 
 
+def test_a_top_k_that_keeps_no_config_fails_or_works_as_upstream_and_names_top_k():
+    # int(2 * 0.3) == 0: newer releases keep one config, older ones end with nothing to pick from.
+    n = 64
+    x = seq(n)
+
+    def scenario(mode):
+        fn, _ = jit(_scale)
+        kernel = autotune(fn, blocks(32, 64), ["n"], bench_for(mode),
+                          prune_configs_by={"perf_model": lambda **kw: kw["BLOCK"], "top_k": 0.3})
+        out = torch.zeros(n, device=DEVICE)
+        exc = raised(lambda: kernel[grid](x, out, n, 2.0))
+        return (None, "", out.tolist()) if exc is None else (type(exc), str(exc), None)
+
+    seen = observe(scenario)
+    for mode in (PLUGIN, OWN):
+        assert seen[mode][0] is seen[UPSTREAM][0], (mode, seen[mode])
+        assert seen[mode][2] == seen[UPSTREAM][2]
+        if seen[mode][0] is not None:
+            assert "top_k=0.3 keeps no config of 2" in seen[mode][1]
+
+
 # -------------------------------------------------------------------------------------------
 # 8. A kernel's own do_bench
 # -------------------------------------------------------------------------------------------
@@ -1416,3 +1437,16 @@ def test_kernels_decorated_before_and_after_the_import_behave_alike(tmp_path):
     for by in BY:
         assert seen["after"][by]["out"] == [2.0 * (i + 1) for i in range(96)]
         assert seen["after"][by]["timed"] == 2
+
+
+def test_an_empty_pruning_names_what_emptied_it():
+    # Releases before 3.9 let a fractional top_k round down to zero; the error then says so.
+    from triton_dist_plugin import subclass
+
+    fn, _ = jit(_scale)
+    by_top_k = autotune(fn, blocks(32, 64), ["n"], None,
+                        prune_configs_by={"perf_model": lambda **kw: kw["BLOCK"], "top_k": 0.3})
+    by_prune = autotune(fn, blocks(32, 64), ["n"], None,
+                        prune_configs_by={"early_config_prune": lambda configs, named_args, **kw: []})
+    assert subclass._emptied_by(by_top_k) == "top_k=0.3 keeps no config of 2"
+    assert subclass._emptied_by(by_prune) == "early_config_prune returned none"

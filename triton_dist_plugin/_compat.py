@@ -153,3 +153,23 @@ def is_interpreted(fn) -> bool:
     while not isinstance(fn, InterpretedFunction) and hasattr(fn, "fn") and not inspect.isfunction(fn):
         fn = fn.fn
     return isinstance(fn, InterpretedFunction)
+
+
+def remembered_compile_failures(tuner, configs: list, args: tuple, kwargs: dict) -> list:
+    """Those of ``configs`` that ``tuner`` remembers as failed compiles, so the plugin never
+    compiles them again: Triton-Ascend's newer ``AutoTilingTuner`` keeps them in
+    ``_compile_failure_cache``, keyed by ``_get_jit_compile_cache_key(*args, config=c, **kwargs)``
+    (None where a config has no such key). A tuner without that cache remembers none."""
+    remembered = getattr(tuner, "_compile_failure_cache", None)
+    key_of = getattr(tuner, "_get_jit_compile_cache_key", None)
+    if not isinstance(remembered, dict) or not remembered or not callable(key_of):
+        return []
+    found = []
+    for config in configs:
+        try:
+            key = key_of(*args, config=config, **kwargs)
+        except Exception:  # noqa: BLE001 - no key, nothing remembered: the subclass decides
+            continue
+        if key is not None and key in remembered:
+            found.append(config)
+    return found

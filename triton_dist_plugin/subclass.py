@@ -2,7 +2,11 @@
 ``_batch_bench`` they call.
 
 Their loops keep upstream's semantics, while the candidates one loop pruned are compiled in
-parallel and screened together on its first ``_bench`` (``batch``).
+parallel and screened together on its first ``_bench`` (``batch``). A subclass with its own
+``_batch_bench`` (Triton-Ascend's newer ``AutoTilingTuner``) compiles and times its candidates
+itself: the plugin's pruning then acts on the list handed to ``_batch_bench``, that is, after the
+subclass's own ``prune_configs`` (its cost model included), and the plugin never compiles a
+candidate the subclass remembers as a failed compile.
 """
 
 from __future__ import annotations
@@ -24,18 +28,44 @@ def prune_wrapper(wrapped, instance, args, kwargs):
     state = state_of(instance)
     if not configs:
         raise ValueError(
-            f"No valid autotuner configs after pruning {state.name}: `early_config_prune` (prune_configs_by) "
-            "must return at least one config."
+            f"No valid autotuner configs after pruning {state.name}: prune_configs_by left none "
+            f"({_emptied_by(instance)}); it must keep at least one config."
         )
     request = getattr(kernel_state.current, "request", None)
     if request is None or request.autotuner is not instance:  # a subclass's own run() is tuning
+        cls = type(instance)
+        if _own(cls, "_batch_bench"):
+            # Its own prune_configs may narrow this list further once we return (Triton-Ascend's
+            # cost model does): the plugin prunes what reaches _batch_bench (batch_bench_wrapper).
+            return configs
         launch = args[0] if args else kwargs.get("kwargs", {})
         request = TuningRequest(state.name, (), _compat.active_device(required=user_do_bench(instance) is None),
                                 dict(getattr(instance, "nargs", None) or {}), dict(launch), autotuner=instance)
         configs = bus.prune(request, configs)
-        _batch.expect(instance, configs)
+        if not _own(cls, "prune_configs"):  # an override may drop some: never batch-time those
+            _batch.expect(instance, configs)
         return configs
     return bus.prune(request, configs)
+
+
+def _emptied_by(instance: Any) -> str:
+    """Which part of ``prune_configs_by`` can have left no config: an ``early_config_prune``
+    that returned none, or a ``top_k`` (with a ``perf_model``) that rounds down to zero."""
+    top_k = getattr(instance, "configs_top_k", 1.0)
+    if getattr(instance, "perf_model", None) is not None and (top_k == 0 or (
+            isinstance(top_k, float) and int(len(instance.configs) * top_k) == 0)):
+        return f"top_k={top_k!r} keeps no config of {len(instance.configs)}"
+    return "early_config_prune returned none"
+
+
+def _own(cls: type, name: str) -> bool:
+    """``cls`` defines ``name`` itself, below ``Autotuner``."""
+    for klass in cls.__mro__:
+        if klass is _compat.Autotuner:
+            return False
+        if name in klass.__dict__:
+            return True
+    return False
 
 
 def bench_wrapper(wrapped, instance, args, kwargs):
@@ -66,19 +96,24 @@ def bench_wrapper(wrapped, instance, args, kwargs):
 def batch_bench_wrapper(wrapped, instance, args, kwargs):
     """A subclass's own ``_batch_bench(*args, configs=..., **kwargs)`` (Triton-Ascend's newer
     ``AutoTilingTuner``): it compiles and times its candidates itself (its UB tuner rescues
-    compiles that overflow the unified buffer), each timing going through ``self.do_bench`` and
-    so through ``tdp_time_candidate``. Its timings then go through ``tdp_reduce_timings`` (ranks
-    agree and take the slowest), and ``tdp_on_tuned`` receives the record."""
+    compiles that overflow the unified buffer, its negative cache skips those that failed
+    before), each timing going through ``self.do_bench`` and so through ``tdp_time_candidate``.
+    The ``tdp_prune_configs`` hooks first prune the candidates it was handed; its timings then
+    go through ``tdp_reduce_timings`` (ranks agree and take the slowest), and ``tdp_on_tuned``
+    receives the record."""
     state = state_of(instance)
     if untuned.capturing():
         untuned.refuse(state.name)
     meta = {k: v for k, v in kwargs.items() if k != "configs"}
     _, launch, named, rest = split_launch(state, args, meta)
+    request = TuningRequest(state.name, state.key(args, launch), _compat.active_device(required=False), named, rest,
+                            autotuner=instance, grid=meta.get("grid"))
     wrong: dict = {}
     configs = kwargs.get("configs")
-    if accuracy_check_enabled(instance) and isinstance(configs, (list, tuple)) and len(configs) > 1:
-        # Candidates whose results differ never reach the subclass's own timing.
-        wrong = check_accuracy(list(configs), _subclass_calls(instance, state, args, meta), named, {})
+    if isinstance(configs, (list, tuple)) and configs:
+        configs = bus.prune(request, list(configs))  # what the subclass's own pruning kept
+        if accuracy_check_enabled(instance) and len(configs) > 1:
+            wrong = _wrong_results(instance, state, args, meta, named, configs)
         kwargs = {**kwargs, "configs": [c for c in configs if c not in wrong]}
     timings = wrapped(*args, **kwargs)
     if not isinstance(timings, dict):
@@ -88,9 +123,7 @@ def batch_bench_wrapper(wrapped, instance, args, kwargs):
         record_failure(instance, config, wrong[config])
     if len(timings) < 2:
         return timings
-    device = _compat.active_device(required=False)
-    request = TuningRequest(state.name, state.key(args, launch), device, named, rest, autotuner=instance,
-                            grid=meta.get("grid"))
+    device = request.device
     configs = list(timings)
     group = distributed.kernel_group()
     agree(group, state, request.key, configs)
@@ -103,6 +136,17 @@ def batch_bench_wrapper(wrapped, instance, args, kwargs):
     engine.record(request, outcome, best, reduced, method=timing.resolve_method(device), cache_hit=False)
     # In the shape the subclass produced: a bare number stays a number.
     return {c: (reduced[c] if isinstance(t, (list, tuple)) else reduced[c][0]) for c, t in timings.items()}
+
+
+def _wrong_results(instance: Any, state: KernelState, args: tuple, meta: dict, named: dict, configs: list) -> dict:
+    """The accuracy check before a subclass's ``_batch_bench``: ``{config: reason}`` for the
+    candidates whose results differ, never handed to it. One that raises is handed over all the
+    same: the subclass compiles it itself, so its UB tuner may rescue it and its negative cache
+    remembers it if it stays broken. One that cache already holds is not run here at all."""
+    known = {c: "a failed compile Triton-Ascend remembers"
+             for c in _compat.remembered_compile_failures(instance, configs, args, meta)}
+    found = check_accuracy(configs, _subclass_calls(instance, state, args, meta), named, known)
+    return {c: reason for c, reason in found.items() if reason.startswith("wrong result")}
 
 
 def _subclass_calls(instance: Any, state: KernelState, args: tuple, meta: dict):
