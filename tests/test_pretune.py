@@ -72,3 +72,59 @@ def test_bad_cases_are_clear_errors(tmp_path):
     assert result.returncode == 1 and "expected a JSON list" in result.stderr
     result = cli("pretune", "no_colon", "--cases", str(bad))
     assert result.returncode == 1 and "MODULE:NAME" in result.stderr
+
+
+# A module of the user's own, in the directory the command runs from (never on PYTHONPATH).
+OWN_MODULE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 128}), triton.Config({"BLOCK": 256})], key=["n"])
+@triton.jit
+def twice_kernel(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + offs, 2 * tl.load(x + offs, mask=offs < n), mask=offs < n)
+
+
+def step(n):
+    x = torch.randn(n)
+    out = torch.empty_like(x)
+    twice_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
+    assert torch.equal(out, 2 * x)
+'''
+
+
+def test_the_command_imports_a_module_from_the_current_directory_as_python_m_does(tmp_path):
+    (tmp_path / "my_ops.py").write_text(OWN_MODULE)
+    (tmp_path / "cases.json").write_text('[{"n": 300}]')
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(TRITON_INTERPRET="1", HOME=str(tmp_path), TRITON_DIST_AUTOTUNE_DIR=str(tmp_path / "tdp"))
+    result = subprocess.run([str(SCRIPT), "pretune", "my_ops:step", "--cases", "cases.json"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("1 kernel key over the cases in ")
+    assert lines[1].split() == ["kernel", "key", "pick", "how", "seconds"]  # a header row, then a rule
+    assert set(lines[2].replace(" ", "")) == {"-"} and len(lines[2].split()) == 5
+    assert lines[3].startswith("twice_kernel  (300,") and " tuned " in lines[3]
+
+    (tmp_path / "bad.json").write_text('[{"n": -1}]')
+    failed = subprocess.run([str(SCRIPT), "pretune", "my_ops:step", "--cases", "bad.json"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr
+    (line,) = failed.stderr.strip().splitlines()
+    assert line.startswith("triton-dist-tune pretune: case 0 {'n': -1} failed in step: RuntimeError: ")
+    assert line.count("pretune:") == 1 and line.endswith("(my_ops.py:15)")  # the user's line it failed at
+
+
+def test_a_failing_case_names_the_case_and_the_users_line(tmp_path):
+    from triton_dist_plugin.pretune import PretuneError
+
+    def step(n):
+        return torch.empty(n)
+
+    expected = r"^case 1 \{'n': -2\} failed in step: RuntimeError: .*test_pretune.py:\d+\)$"
+    with pytest.raises(PretuneError, match=expected):
+        pretune(step, [{"n": 2}, {"n": -2}], progress=False)

@@ -87,3 +87,41 @@ def test_timeouts_at_the_bounds_are_taken(name, monkeypatch):
     for raw, value in (("0.001", 0.001), ("86400", 86400.0)):
         monkeypatch.setenv(name, raw)
         assert settings.value(name) == value
+
+
+@pytest.mark.parametrize("setting", settings.SETTINGS, ids=[s.name for s in settings.SETTINGS])
+def test_no_error_message_carries_the_docs_markup(setting, monkeypatch):
+    message = settings.error_message(setting, "bogus")
+    assert "`" not in message and setting.name in message
+    assert settings.plain(setting.default) in message and settings.plain(setting.accepts) in message
+    if setting.parse is None:
+        return  # owned elsewhere: never raised here
+    monkeypatch.setenv(setting.name, "bogus")
+    try:
+        settings.validate()
+    except tdp.SettingError as exc:  # what a user sees is the message above, in plain text
+        assert str(exc) == message
+    else:
+        assert setting.kind == "path"  # any text is a path
+
+
+def test_a_bad_method_reads_as_plain_text(monkeypatch):
+    monkeypatch.setenv("TRITON_BENCH_METHOD", "fastest")
+    with pytest.raises(tdp.SettingError) as info:
+        settings.validate()
+    assert str(info.value).endswith("Unset it for the default (event (wall under the interpreter)).")
+
+
+def test_python_m_settings_prints_the_table_and_nothing_else():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-W", "error", "-m", "triton_dist_plugin.settings"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert result.stdout == settings.markdown()
+
+
+def test_the_cache_directory_setting_says_where_the_kernel_picks_go():
+    (setting,) = [s for s in settings.SETTINGS if s.name == "TRITON_DIST_AUTOTUNE_DIR"]
+    assert "`<dir>/kernels/`" in setting.meaning and "misses" in setting.meaning

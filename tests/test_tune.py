@@ -153,7 +153,9 @@ def test_an_unwritable_cache_keeps_the_pick_in_memory_and_returns_the_result(tun
     monkeypatch.setenv(cache.ROOT_ENV, str(root))
     x = torch.randn(1000, device=DEVICE)
     scale = make_scale()
-    with pytest.warns(RuntimeWarning, match=f"cannot write the autotune cache in {root}.*kept in memory"):
+    expected = (f"the autotune cache {root} cannot be used: {tmp_path / 'file'} is a file.*kept in memory"
+                if blocker == "parent is a file" else f"cannot write the autotune cache in {root}.*kept in memory")
+    with pytest.warns(RuntimeWarning, match=expected):
         y = scale(x, 2.0)
     torch.testing.assert_close(y, 2.0 * x)
     assert len(tunings.records) == 1 and len(scale.best_configs) == 1
@@ -278,3 +280,61 @@ def test_concurrent_writers_leave_valid_json(tmp_path):
         assert p.exitcode == 0
     assert json.loads(path.read_text())["j"] == 29
     assert not [f for f in tmp_path.iterdir() if f.suffix == ".tmp"]
+
+
+@pytest.mark.parametrize("place", ["the directory", "a folder above it"])
+def test_a_cache_directory_that_is_a_file_warns_once_for_every_key_and_kernel(tmp_path, monkeypatch, place):
+    import warnings
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv(cache.ROOT_ENV, str(blocker if place == "the directory" else blocker / "autotune"))
+    add = KERNELS["add"]
+    kernel = triton.autotune(configs=add.configs(DEVICE), key=add.key)(add.jit)
+    scale = make_scale()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (300, 500):
+            x = torch.randn(n, device=DEVICE)
+            torch.testing.assert_close(scale(x, 2.0), 2.0 * x)
+            torch.testing.assert_close(add.launch(kernel, x, x), 2 * x)
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(messages) == 1, messages
+    assert f"{blocker} is a file, not a directory; picks are kept in memory only" in messages[0]
+    assert cache.ROOT_ENV in messages[0] and caught[0].filename == __file__  # the line that tuned first
+    assert len(scale.best_configs) == 2 and len(kernel.cache) == 2
+
+
+def test_a_key_fn_returning_a_list_is_a_clear_error_naming_key_fn():
+    @autotune(config_space=[{"factor": 1}, {"factor": 2}], key_fn=lambda x: list(x.shape))
+    def scaled(x, factor):
+        return x * factor
+
+    with pytest.raises(TypeError, match=r"^autotune\(test_tune\..*scaled\): key_fn returned \[4\] \(a list\), which "
+                                        r"cannot be a cache key \(unhashable type: 'list'\); make key_fn return a "
+                                        r"tuple.*tuple\(x.shape\)"):
+        scaled(torch.ones(4, device=DEVICE))
+    assert not scaled.best_configs
+
+
+class Handle:  # no __repr__ of its own: the default holds the object's address
+    def __init__(self, n):
+        self.n = n
+
+
+def test_a_key_whose_text_holds_a_memory_address_warns_once_naming_key_fn(tmp_path):
+    import warnings
+
+    @autotune(config_space=[{"factor": 1}, {"factor": 2}], key_fn=lambda x, handle: (tuple(x.shape), handle))
+    def scaled(x, handle, factor):
+        return x * factor
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (1, 2):
+            scaled(torch.ones(4, device=DEVICE), Handle(n))
+    told = [w for w in caught if "memory address" in str(w.message)]
+    assert len(told) == 1, [str(w.message) for w in caught]
+    assert "key_fn returned ((4,), <test_tune.Handle object at 0x" in str(told[0].message)
+    assert "scaled" in str(told[0].message) and told[0].filename == __file__
+    assert len(scaled.best_configs) == 2  # it still tunes: a warning, not an error

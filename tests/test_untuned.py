@@ -184,3 +184,44 @@ def test_frozen_function_level_tuner_and_the_misses_command(monkeypatch):
     assert lines[0].split()[:3] == ["kernel", "key", "misses"]
     assert any("scaled" in line and "(3,)" in line and "frozen mode" in line for line in lines)
     assert any("scaled" in line and "(5,)" in line and "strict" in line for line in lines)
+
+
+def _frozen_warnings(call):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        call()
+    return [w for w in caught if "never tuned" in str(w.message)]
+
+
+def test_frozen_mode_warnings_name_the_users_line_not_the_plugins(monkeypatch):
+    from triton_dist_plugin.tune import autotune
+
+    launch(triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit), 1000)
+    monkeypatch.setenv(untuned.FROZEN_ENV, "nearest")
+    fresh = triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit)
+    (warned,) = _frozen_warnings(lambda: launch(fresh, 900))  # launch() is this file's launch line
+    assert warned.filename == __file__, warned.filename
+
+    @autotune(config_space=[{"factor": 1}, {"factor": 2}], key_fn=lambda x: tuple(x.shape))
+    def scaled(x, factor):
+        return x * factor
+
+    (warned,) = _frozen_warnings(lambda: scaled(torch.ones(3)))
+    assert warned.filename == __file__, warned.filename
+
+
+def test_the_capture_fallback_warning_names_the_users_line(recorder, monkeypatch):
+    kernel = tuned_then_capturing(monkeypatch, 1000)
+    monkeypatch.setenv(untuned.ENV, "fallback")
+    (warned,) = _frozen_warnings(lambda: launch(kernel, 900))
+    assert warned.filename == __file__, warned.filename
+
+
+def test_the_documented_exceptions_import_from_the_package():
+    import triton_dist_plugin as tdp
+
+    assert tdp.FrozenMiss is untuned.FrozenMiss and tdp.TuningDuringCapture is untuned.TuningDuringCapture
+    assert {"FrozenMiss", "TuningDuringCapture"} <= set(tdp.__all__)
+    from triton_dist_plugin import FrozenMiss, TuningDuringCapture  # noqa: F401

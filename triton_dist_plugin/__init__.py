@@ -21,16 +21,27 @@ Where to go next:
 
 from __future__ import annotations
 
-from . import (
+import sys
+import warnings
+
+if sys.argv[:1] == ["-m"] and "triton_dist_plugin.settings" in getattr(sys, "orig_argv", ()):
+    # ``python -m triton_dist_plugin.settings`` prints the settings table. runpy imports this package
+    # first, whose modules import ``settings``, then warns that the module it is about to run is
+    # already imported; it only prints, so that warning says nothing useful.
+    warnings.filterwarnings("ignore", message="'triton_dist_plugin.settings' found in sys.modules",
+                            category=RuntimeWarning)
+
+from . import (  # noqa: E402
     _compat,  # noqa: F401  (raises a clear ImportError when Triton is missing)
     settings,
 )
-from .bus import PluginError, hookimpl, plugin_manager, register, unregister
-from .distributed import RankMismatch, set_tuning_group, tuning_group
-from .engine import NoValidConfig
-from .patch import activate, deactivate, is_active
-from .requests import CandidateRequest, TuningRecord, TuningRequest
-from .settings import SettingError
+from .bus import PluginError, hookimpl, plugin_manager, register, unregister  # noqa: E402
+from .distributed import RankMismatch, set_tuning_group, tuning_group  # noqa: E402
+from .engine import NoValidConfig  # noqa: E402
+from .patch import activate, deactivate, is_active  # noqa: E402
+from .requests import CandidateRequest, TuningRecord, TuningRequest  # noqa: E402
+from .settings import SettingError  # noqa: E402
+from .untuned import FrozenMiss, TuningDuringCapture  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -38,10 +49,12 @@ DISABLE_ENV = "TRITON_DIST_PLUGIN_DISABLE"
 
 __all__ = [
     "CandidateRequest",
+    "FrozenMiss",
     "NoValidConfig",
     "PluginError",
     "RankMismatch",
     "SettingError",
+    "TuningDuringCapture",
     "TuningRecord",
     "TuningRequest",
     "activate",

@@ -17,11 +17,12 @@ import json
 import os
 import platform
 import re
+import stat
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from . import bus, filestore, fingerprint, records, settings
+from . import _callsite, bus, filestore, fingerprint, records, settings
 from .requests import CacheEntry
 
 ROOT_ENV = "TRITON_DIST_AUTOTUNE_DIR"
@@ -226,10 +227,44 @@ def entry_digest(source: str, hw: dict, key_text: str, context: Optional[dict] =
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
+_blocked: dict = {}  # a cache root's text -> the file standing where it or a folder above it must be, or None
+
+
+def _blocker(root: Path) -> Optional[Path]:
+    """The file (not a directory) at ``root`` or at the nearest existing folder above it: then no
+    entry can ever be read or written below ``root``. Checked once per root and process; the
+    first time one is found, one warning says so, and the file store's own warnings about places
+    below it (each read, scan and write would warn again) are silenced."""
+    text = str(root)
+    if text in _blocked:
+        return _blocked[text]
+    found = None
+    for place in (root, *root.parents):
+        try:
+            mode = os.stat(place).st_mode
+        except (FileNotFoundError, NotADirectoryError):  # look further up
+            continue
+        except OSError:
+            break
+        if not stat.S_ISDIR(mode):
+            found = place
+        break
+    _blocked[text] = found
+    if found is not None:
+        below = re.escape(text.rstrip("/") + "/")
+        warnings.filterwarnings("ignore", message=rf"(cannot read|refusing|cannot list autotune cache) {below}",
+                                category=RuntimeWarning)
+        warnings.warn(f"the autotune cache {root} cannot be used: {found} is a file, not a directory; picks are kept "
+                      f"in memory only, for this process. Point {ROOT_ENV} at a directory (or move the file) to keep "
+                      "them across runs.", RuntimeWarning, stacklevel=_callsite.stacklevel())
+    return found
+
+
 def cache_entry(kind: str, name: str, directory: Path, source: str, hw: dict, key: Any,
                 context: Optional[dict] = None, root: Optional[Path] = None) -> CacheEntry:
     """What the store hooks get for ``key``: its id, and its file under ``directory`` (one file
     per source, hardware, key and context), below ``root``, where the file store's checks start."""
+    _blocker(root if root is not None else directory)
     digest = entry_digest(source, hw, repr(key), context)
     return CacheEntry(kind, name, digest, directory / f"{digest}.json", root=root)
 
@@ -245,6 +280,8 @@ def warn_unwritable(name: str, directory: Path, key: Any, exc: OSError, stacklev
     """A tuning whose entry cannot be written (a full disk, an unwritable directory, a store that
     is down) keeps its pick in memory; say so, and where else it is kept."""
     failed = getattr(exc, "failed", None) or {filestore.NAME: exc}  # bus.StoreError says which stores
+    if set(failed) == {filestore.NAME} and any(_blocked.get(str(p)) for p in (directory, *directory.parents)):
+        return  # the one warning about the file in the cache directory's place said it all
     kept = getattr(exc, "kept", [])
     place = f"in {directory}" if filestore.NAME in failed else "in the store " + ", ".join(map(repr, failed))
     if filestore.NAME in kept:

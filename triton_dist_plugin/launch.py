@@ -241,13 +241,15 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
             instance.cache[key] = configs[0]
             return configs[0]
         if store is not None and distributed.writes_cache(group):
-            _persist(store, state, key, outcome, method)
+            _persist(store, state, key, outcome, method, request.notes)
     best = instance.cache[key]
     timings = getattr(instance, "configs_timings", None) or {}
     # The record holds [p50, p20, p80] lists; configs_timings keeps what the benchmarker returned.
     listed = outcome.timings if outcome is not None else {
         c: list(t) if isinstance(t, (list, tuple)) else [t] * 3 for c, t in timings.items()}
-    engine.record(request, outcome, best, listed, method=method, cache_hit=cache_hit)
+    # A hit's record tells the stored full measurements from the screening rounds, as a tuning's does.
+    engine.record(request, outcome, best, listed, method=method, cache_hit=cache_hit,
+                  measured=found[3] if cache_hit and found is not None and found[0] == stored else None)
     listener = _compat.autotuning_listener()
     if listener is not None:
         listener(fn=_compat.jit_function(instance.fn), key=key, best_config=best, configs_timings=timings,
@@ -256,10 +258,10 @@ def _bench_and_record(instance, state, request, key, args, kwargs, named, config
 
 
 def _persist(store: persist.KernelStore, state: KernelState, key: tuple, outcome: engine.Outcome,
-             method: str) -> None:
+             method: str, notes: list) -> None:
     try:
         store.store(key, outcome.best, outcome.timings, outcome.failures, outcome.measured, method, outcome.bench_time,
-                    space=state.rankings[key][1])
+                    space=state.rankings[key][1], notes=notes)
     except OSError as exc:  # a full disk or an unwritable directory must not lose the tuning
         cache.warn_unwritable(store.name, store.dir, key, exc, stacklevel=5)
 

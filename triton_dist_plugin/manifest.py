@@ -75,6 +75,10 @@ def _own_id(kind: str, record: dict, place: PurePosixPath) -> Optional[str]:
     return None
 
 
+#: what makes an entry that was changed or damaged after export apply
+_REEXPORT = "export it again where it was tuned (triton-dist-tune export), unedited"
+
+
 def import_file(path: Path) -> tuple[int, int, list[str]]:
     """Write the manifest's records into the cache: ``(written, already there, skipped reasons)``.
     ``ValueError`` when the file is not a manifest at all; a bad entry is skipped, with its reason."""
@@ -84,7 +88,7 @@ def import_file(path: Path) -> tuple[int, int, list[str]]:
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:300]
         raise ValueError(f"cannot read the manifest {path}: {reason}") from None
     if not isinstance(items, list):
-        raise ValueError(f"{path} is not a manifest: expected the JSON list `triton-dist-tune export` writes")
+        raise ValueError(f"{path} is not a manifest: expected the JSON list that triton-dist-tune export writes")
     written, present, skipped = 0, 0, []
     roots = _roots()
     hardware: dict = {}
@@ -97,12 +101,14 @@ def import_file(path: Path) -> tuple[int, int, list[str]]:
             label = f"entry {n} ({place})"
             record = records.check(item.get("record"), kind)
         except ValueError as exc:
-            skipped.append(f"{label}: {exc}")
+            skipped.append(f"{label}: {exc}; {_REEXPORT}")
             continue
         try:
-            why = _mismatch(record, hardware) or _own_id(kind, record, place)
+            why = _mismatch(record, hardware)
+            if why is None and _own_id(kind, record, place):
+                why = f"{_own_id(kind, record, place)}; {_REEXPORT}"
         except Exception as exc:  # noqa: BLE001 - one odd entry never stops the others
-            why = f"it cannot be checked ({type(exc).__name__}: {exc})"
+            why = f"it cannot be checked ({type(exc).__name__}: {exc}); {_REEXPORT}"
         if why:
             skipped.append(f"{label} {record.get(kind)} {record['key'][:200]}: {why}")
             continue
@@ -114,13 +120,15 @@ def import_file(path: Path) -> tuple[int, int, list[str]]:
         try:
             filestore.write_json_atomic(target, record, root=root)
         except OSError as exc:  # an unwritable or unsafe place: this entry only
-            skipped.append(f"{label}: cannot write {target} ({exc})")
+            skipped.append(f"{label}: cannot write {target} ({exc}); make that directory writable, or point "
+                           f"{cache.ROOT_ENV} at one that is")
             continue
         written += 1
     return written, present, skipped
 
 
 def _mismatch(record: dict, seen: dict) -> Optional[str]:
+    """Why ``record`` does not apply here, and what would make it apply; None if it does."""
     hw = record["hardware"]
     probe = (hw.get("device"), hw.get("world_size"))
     if probe not in seen:
@@ -129,18 +137,56 @@ def _mismatch(record: dict, seen: dict) -> Optional[str]:
         except Exception as exc:  # noqa: BLE001 - that device is not here at all
             seen[probe] = f"{type(exc).__name__}: {exc}"
     here = seen[probe]
+    if not isinstance(here, dict):
+        return (f"measured on a {hw.get('device')} device, which this machine cannot use ({here}); import it on a "
+                f"machine with that device ({hw.get('name')!r}), {_RETUNE}")
     if here != hw:
-        hint = ""
-        if isinstance(here, dict) and here.get("interpreter") != hw.get("interpreter"):
-            hint = (f"; they apply under TRITON_INTERPRET={'1' if hw.get('interpreter') else '0'}, as they were "
-                    "tuned")
-        return f"measured on other hardware ({_differences(hw, here)}){hint}"
-    if record["versions"] != cache.versions():
-        return f"measured under other versions ({_differences(record['versions'], cache.versions())})"
+        return f"measured on other hardware ({_differences(hw, here)}); {_hardware_advice(hw, here)}"
+    ours = cache.versions()
+    if record["versions"] != ours:
+        return f"measured under other versions ({_differences(record['versions'], ours)}); " + \
+            _versions_advice(record["versions"], ours)
     context = record.get("context")
     if isinstance(context, dict) and context.get("triton") != fingerprint.triton_hash():
-        return "made under another build of Triton (its hash differs)"
+        return ("made under another build of Triton (its hash differs); install the Triton build of the machine "
+                f"that tuned it, {_RETUNE}")
     return None
+
+
+_RETUNE = "or tune here (run the program once, or triton-dist-tune pretune)"
+
+
+def _hardware_advice(theirs: dict, ours: dict) -> str:
+    """How to make entries measured on ``theirs`` apply, given what differs from ``ours``."""
+    differ = {k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k)}
+    steps = []
+    if "interpreter" in differ:
+        steps.append("set TRITON_INTERPRET=1 for the import and the program (it was tuned under Triton's "
+                     "interpreter)" if theirs.get("interpreter") else
+                     "unset TRITON_INTERPRET for the import and the program (it was tuned without Triton's "
+                     "interpreter)")
+    if "world_size" in differ:
+        steps.append(f"tune with {theirs.get('world_size')} ranks, as it was")
+    if differ - {"interpreter", "world_size"}:
+        steps.append(f"import it on a machine like the one that tuned it (device {theirs.get('name')!r}), "
+                     + _RETUNE)
+    return "; ".join(steps) if steps else _RETUNE
+
+
+def _versions_advice(theirs: Any, ours: Any) -> str:
+    if not isinstance(theirs, dict) or not isinstance(ours, dict):
+        return _RETUNE
+    steps = []
+    for name in sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k)):
+        if name == "python":
+            steps.append(f"run Python {theirs.get(name)}")
+        elif name == "cuda":
+            steps.append(f"install a torch built for CUDA {theirs.get(name)}")
+        elif theirs.get(name) is None:
+            steps.append(f"uninstall {name}")
+        else:
+            steps.append(f"pip install '{name}=={theirs.get(name)}'")
+    return f"to use it, {', '.join(steps)}, as where it was tuned; {_RETUNE}"
 
 
 def _differences(theirs: Any, ours: Any) -> str:

@@ -84,10 +84,11 @@ class KernelStore:
     def path(self, key: Any) -> Path:
         return self.entry(key).path
 
-    def read(self, key: Any, configs: list) -> Optional[tuple[int, dict, str]]:
+    def read(self, key: Any, configs: list) -> Optional[tuple[int, dict, str, list]]:
         """The stored pick's position in ``configs``, the stored timings of those of ``configs`` it
-        timed (as upstream's ``configs_timings`` holds them) and where the entry was found (its
-        file, or the store that answered); None when there is no usable entry."""
+        timed (as upstream's ``configs_timings`` holds them), where the entry was found (its
+        file, or the store that answered) and those of ``configs`` it measured fully (the other
+        timings are a screening round's); None when there is no usable entry."""
         if settings.value(cache.ALWAYS_TUNE_ENV):
             return None
         manifest.load_from_env()
@@ -108,7 +109,9 @@ class KernelStore:
             return None
         stored = {c.get("config"): c.get("timing") for c in record.get("candidates", []) if isinstance(c, dict)}
         timings = {c: _timing(stored[d]) for c, d in zip(configs, described) if d in stored}
-        return described.index(pick), timings, bus.where(entry, store)
+        fully = {c.get("config") for c in record.get("candidates", []) if isinstance(c, dict) and c.get("measured")}
+        measured = [c for c, d in zip(configs, described) if d in fully and c in timings]
+        return described.index(pick), timings, bus.where(entry, store), measured
 
     def _ours(self, record: dict) -> bool:
         """An entry of this kernel, source and hardware (any key, any context)."""
@@ -153,9 +156,10 @@ class KernelStore:
         return found
 
     def store(self, key: Any, best: Any, timings: dict, failures: dict, measured: list, method: str,
-              bench_time: Optional[float], space: Optional[list] = None) -> Path:
+              bench_time: Optional[float], space: Optional[list] = None, notes: Optional[list] = None) -> Path:
         """Hand the entry to every store (``tdp_cache_put``); a store's ``OSError`` is raised after
-        all. ``space``: every candidate's description (small spaces; for warm starts)."""
+        all. ``space``: every candidate's description (small spaces; for warm starts); ``notes``:
+        the tuning's notes (how long each step took; for the report)."""
         entry = self.entry(key)
         fully = {id(c) for c in measured}
         bus.cache_put(entry, {
@@ -164,6 +168,7 @@ class KernelStore:
             "candidates": [{"config": cache.describe(c), "ms": _finite(t), "timing": _plain(t),
                             "failure": failures.get(c), "measured": id(c) in fully} for c, t in timings.items()],
             **({"space": space} if space is not None else {}),
+            **({"notes": [str(n)[:1000] for n in notes[:100]]} if notes else {}),
         })
         return entry.path
 

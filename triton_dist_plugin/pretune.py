@@ -25,7 +25,11 @@ import contextlib
 import importlib
 import itertools
 import json
+import os
+import sys
+import sysconfig
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
@@ -50,12 +54,16 @@ def cases(**axes: Iterable) -> list[dict]:
     return [dict(zip(names, values)) for values in itertools.product(*(list(axes[n]) for n in names))]
 
 
+class PretuneError(RuntimeError):
+    """A case, a target or a case list that failed; the message says which, why and where."""
+
+
 def pretune(fn: Callable, case_list: Iterable, group: Any = None, progress: bool = True) -> list[Tuned]:
     """Call ``fn(**case)`` (or ``fn(*case)`` for a tuple or list) for every case, so every kernel key
     those calls launch is tuned now; return what was tuned or found, in order."""
     items = list(case_list)
     if not callable(fn):
-        raise TypeError(f"pretune needs a function that launches kernels, got {fn!r}")
+        raise TypeError(f"pretune needs a function that launches kernels, got {fn!r} (a {type(fn).__name__})")
     seen: list[Tuned] = []
     current: dict = {}
 
@@ -67,7 +75,8 @@ def pretune(fn: Callable, case_list: Iterable, group: Any = None, progress: bool
 
     observer = Observer()
     bus.register(observer)
-    bar = report.progress_bar(len(items), getattr(fn, "__name__", "cases"), progress and not distributed.rank(group))
+    name = getattr(fn, "__name__", "cases")
+    bar = report.progress_bar(len(items), name, progress and not distributed.rank(group))
     try:
         for i, case in enumerate(items):
             current.clear()
@@ -76,7 +85,7 @@ def pretune(fn: Callable, case_list: Iterable, group: Any = None, progress: bool
                 with distributed.tuning_group(group) if group is not None else contextlib.nullcontext():
                     fn(**case) if isinstance(case, dict) else fn(*case)
             except Exception as exc:
-                raise RuntimeError(f"pretune: case {i} {case!r} failed: {type(exc).__name__}: {exc}") from exc
+                raise PretuneError(f"case {i} {case!r} failed in {name}: {_why(exc)}") from exc
             if bar is not None:
                 bar.update(1)
     finally:
@@ -86,13 +95,48 @@ def pretune(fn: Callable, case_list: Iterable, group: Any = None, progress: bool
     return seen
 
 
+_PLUGIN = str(Path(__file__).resolve().parent)
+_LIBRARIES = {sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")} - {None}
+
+
+def _why(exc: BaseException) -> str:
+    """``Type: message``, and the innermost line of the user's own code it came from (not the
+    plugin's, a library's nor the standard library's), as ``(file:line)``."""
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, SyntaxError):
+        return text  # its text names the file and line already
+    own = [f for f in traceback.extract_tb(exc.__traceback__)
+           if not f.filename.startswith("<") and not _library(f.filename)]
+    if own:
+        where = own[-1].filename
+        with contextlib.suppress(ValueError):
+            where = os.path.relpath(where) if Path(where).resolve().is_relative_to(Path.cwd()) else where
+        text += f" ({where}:{own[-1].lineno})"
+    return text
+
+
+def _library(filename: str) -> bool:
+    path = str(Path(filename).resolve())
+    return path.startswith(_PLUGIN) or any(path.startswith(str(Path(lib).resolve())) for lib in _LIBRARIES)
+
+
 def resolve(spec: str) -> Any:
     """``package.module:attribute`` (a dotted attribute path after the colon)."""
     module, _, name = spec.partition(":")
     if not module or not name:
         raise ValueError(f"{spec!r}: expected MODULE:NAME, such as mypkg.ops:step")
-    obj = importlib.import_module(module)
+    try:
+        obj = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and module.startswith(exc.name) and module[len(exc.name):][:1] in ("", "."):
+            raise PretuneError(f"cannot import {module} (for {spec}): no module named {exc.name!r} in the current "
+                               "directory or on PYTHONPATH") from None
+        raise PretuneError(f"cannot import {module} (for {spec}): {_why(exc)}") from None
+    except Exception as exc:  # the module itself failed: its error, and where
+        raise PretuneError(f"cannot import {module} (for {spec}): {_why(exc)}") from None
     for part in name.split("."):
+        if not hasattr(obj, part):
+            raise PretuneError(f"{spec}: {getattr(obj, '__name__', module)} has no attribute {part!r}")
         obj = getattr(obj, part)
     return obj
 
@@ -101,30 +145,69 @@ def load_cases(spec: str) -> list:
     """Cases from a JSON file (a list of objects or lists) or from ``MODULE:CALLABLE`` (called with
     no arguments, it returns or yields them)."""
     path = Path(spec)
-    if path.suffix == ".json" or path.exists():
+    if path.suffix == ".json" or path.exists() or ":" not in spec:
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot read cases from {spec}: {exc}") from None
-        if not isinstance(data, list) or not all(isinstance(c, (dict, list)) for c in data):
-            raise ValueError(f"{spec}: expected a JSON list of objects (keyword arguments) or lists (positional)")
-        return data
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else getattr(exc, "strerror", None) or exc
+            raise ValueError(f"cannot read cases from {spec}: {reason}") from None
+        return _checked(data, spec, "a JSON list")
     made = resolve(spec)
-    return list(made() if callable(made) else made)
+    try:
+        data = made() if callable(made) else made
+    except Exception as exc:
+        raise PretuneError(f"the cases from {spec} failed: {_why(exc)}") from None
+    if isinstance(data, (str, bytes, dict)) or not hasattr(data, "__iter__"):
+        raise ValueError(f"{spec}: expected a list of cases (keyword-argument dicts or argument lists), got "
+                         f"{_short(data)}")
+    try:
+        data = list(data)
+    except Exception as exc:  # a generator that raised
+        raise PretuneError(f"the cases from {spec} failed: {_why(exc)}") from None
+    return _checked(data, spec, "a list")
+
+
+def _checked(data: Any, spec: str, what: str) -> list:
+    if not isinstance(data, list) or not all(isinstance(c, (dict, list, tuple)) for c in data):
+        raise ValueError(f"{spec}: expected {what} of objects (keyword arguments) or lists (positional), got "
+                         f"{_short(data)}")
+    return data
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:120] + "..."
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+HEADER = ["kernel", "key", "pick", "how", "seconds"]
 
 
 def summary(done: list[Tuned], seconds: float) -> str:
+    """The command's report: a count, then a table of every kernel key with its pick."""
+    head = f"{_plural(len(done), 'kernel key')} over the cases in {seconds:.1f}s"
+    if not done:
+        return head + " (the function launched no @triton.autotune kernel and no tune.autotune function)"
     rows = [[t.kernel, str(t.key), t.pick, "tuned" if t.timed else "from disk",
              f"{t.seconds:.2f}" if t.seconds else "-"] for t in done]
-    widths = [max(len(str(x)) for x in col) for col in zip(["kernel", "key", "pick", "", "s"], *rows)] if rows else []
-    lines = [f"{len(done)} kernel keys over the cases in {seconds:.1f}s"]
-    for row in rows:
-        lines.append("  ".join(str(x)[:100].ljust(min(w, 100)) for x, w in zip(row, widths)))
-    return "\n".join(lines)
+    widths = [min(max(len(str(x)) for x in col), 100) for col in zip(HEADER, *rows)]
+    line = lambda r: "  ".join(str(x)[:w].ljust(w) for x, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([head, line(HEADER), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
 def main(function: str, case_spec: str) -> int:
+    """``triton-dist-tune pretune``: as ``python -m`` does, the current directory is searched first
+    for the modules named, so ``pretune mymod:step`` finds ``./mymod.py``."""
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
     started = time.perf_counter()
-    done = pretune(resolve(function), load_cases(case_spec))
+    target = resolve(function)
+    if not callable(target):
+        raise PretuneError(f"{function} is not a function: it is {_short(target)}, of type {type(target).__name__}")
+    done = pretune(target, load_cases(case_spec))
     print(summary(done, time.perf_counter() - started))
     return 0

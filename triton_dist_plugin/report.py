@@ -10,24 +10,33 @@ from .hookspecs import hookimpl
 
 
 def format_record(record) -> str:
-    """Every candidate with its time or failure, the pick marked, as a few readable lines."""
+    """Every candidate with its time or failure, the pick marked, as a few readable lines.
+
+    The candidates measured fully come first; those a screening round dropped follow under their
+    own heading, with that short round's time (not comparable with a full measurement). A cache
+    hit's record holds the stored entry's times and which of them were full measurements, so it
+    prints the same way as the tuning that wrote it.
+    """
     lines = [
         f"Triton autotuning for function {record.kernel_name},",
         f"with key as {record.key},",
         f"finished after {record.bench_time or 0.0:.2f}s ({record.method} timing on {record.device}"
-        + (", from the disk cache" if record.cache_hit else "")
+        + (", from the disk cache: the times of the tuning that stored it" if record.cache_hit else "")
         + "),",
     ]
     lines += [f"   {note}" for note in getattr(record, "notes", [])]
     fully = {id(c) for c in getattr(record, "measured", [])}
-    screened = []  # dropped after a short screening round: their times are not comparable
+    head, screened = [], []  # screened: dropped after a short screening round; their times are not comparable
     for config, timing in record.timings.items():
         mark = "*" if config is record.best_config else " "
         shown = f"{timing[0]:.4f} ms" if math.isfinite(timing[0]) else f"failed: {record.failures.get(config, 'inf')}"
         line = f" {mark} {config}: {shown}"
-        (screened if fully and id(config) not in fully and math.isfinite(timing[0]) else lines).append(line)
+        (screened if fully and id(config) not in fully and math.isfinite(timing[0]) else head).append(line)
     if screened:
-        lines.append("   screened out (a short round each):")
+        lines.append("   measured fully (the pick is the fastest of these):")
+    lines += head
+    if screened:
+        lines.append("   screened out (a short round each): not comparable with the full measurements above")
         lines += screened
     lines.append(f"best config selected: {record.best_config};")
     return "\n".join(lines)

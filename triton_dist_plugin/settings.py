@@ -12,6 +12,7 @@ listed too (``owner``), so this table is the whole story; their owners check the
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -195,8 +196,9 @@ SETTINGS: tuple[Setting, ...] = (
             "a manifest from `triton-dist-tune export`, imported into the cache before the first lookup; entries "
             "from other hardware or versions are skipped with a warning", lambda raw: raw, "a file path"),
     Setting("TRITON_DIST_AUTOTUNE_DIR", "path", "`$HOME/.triton_dist/autotune`",
-            "the function-level tuner's disk cache; set, it also holds the kernel-level picks (in `kernels/`), "
-            "which are otherwise kept in Triton's cache directory (`TRITON_CACHE_DIR`)", lambda raw: raw,
+            "where the function-level picks and the misses log (`misses.jsonl`) are kept; set, it also holds the "
+            "kernel-level picks, in `<dir>/kernels/` (unset, they are kept in Triton's cache directory, "
+            "`$TRITON_CACHE_DIR/triton_dist/kernels/`)", lambda raw: raw,
             "a directory path"),
     Setting("TRITON_DIST_AUTOTUNE_SHARED", "0/1", "`0`",
             "`1`: the cache directories are shared with other users (a team's cache): entries and directories "
@@ -239,8 +241,18 @@ def value(name: str) -> Any:
     try:
         return setting.parse(raw) if setting.parse is not None else raw
     except ValueError:
-        raise SettingError(f"{name}={raw!r} is not valid: it accepts {setting.accepts}. "
-                           f"Unset it for the default ({setting.default.strip('`')}).") from None
+        raise SettingError(error_message(setting, raw)) from None
+
+
+def plain(text: str) -> str:
+    """``text`` without the markdown code marks the docs table keeps (for messages shown to users)."""
+    return re.sub(r"`([^`]*)`", r"\1", text).replace("`", "")
+
+
+def error_message(setting: Setting, raw: str) -> str:
+    """What ``SettingError`` says when ``setting`` holds ``raw``, in plain text."""
+    return (f"{setting.name}={raw!r} is not valid: it accepts {plain(setting.accepts)}. "
+            f"Unset it for the default ({plain(setting.default)}).")
 
 
 def validate() -> None:

@@ -23,11 +23,13 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import re
 import sys
 import threading
+import warnings
 from typing import Any, Callable, Optional
 
-from . import _compat, cache, distributed, engine, manifest, report, search, settings, untuned
+from . import _callsite, _compat, cache, distributed, engine, manifest, report, search, settings, untuned
 from .requests import TuningRequest
 
 log = logging.getLogger("triton_dist_plugin.tune")
@@ -75,6 +77,7 @@ class AutoTuner:
         self.best_configs: dict = {}
         self.name = f"{fn.__module__}.{fn.__qualname__}"
         self._source: Optional[str] = None
+        self._told_address = False  # warned that key_fn's keys hold a memory address
         self._key_locks: dict = {}  # one per key ever tuned: small, and never swapped under a waiter
         self._locks_guard = threading.Lock()
         functools.update_wrapper(self, fn)
@@ -91,7 +94,10 @@ class AutoTuner:
         if not autotune:
             return self._call(args, kwargs, self.config_space[0], autotune_allow_arg_overwrite)
         key = self.key_fn(*args, **kwargs)
-        best = self.best_configs.get(key)
+        try:
+            best = self.best_configs.get(key)
+        except TypeError as exc:  # an unhashable key: say which function returned it, and what to return
+            raise TypeError(_unhashable(self.name, key, exc)) from None
         if best is None:
             if self.fields & kwargs.keys() and not autotune_allow_arg_overwrite:
                 return self._call(args, kwargs, {}, False)  # raises the clear error before any tuning
@@ -138,6 +144,12 @@ class AutoTuner:
         if not retained:
             raise ValueError(f"{self.fn.__qualname__}: prune_fn kept none of the {len(self.config_space)} "
                              f"candidates for key {key!r}; it must keep at least one")
+        if not self._told_address and _ADDRESS.search(repr(key)):
+            self._told_address = True
+            warnings.warn(f"autotune({self.name}): key_fn returned {_short(key)}, whose text holds a memory address; "
+                          "it differs in every process, so each process tunes again and writes a new cache file. "
+                          "Make key_fn return values that print the same in every run (shapes, ints, str(dtype)).",
+                          RuntimeWarning, stacklevel=_callsite.stacklevel())
         manifest.load_from_env()
         record = store.load(key, reprs)
         cached = record["pick"] if record is not None and record["pick"] in retained else None
@@ -212,6 +224,20 @@ class AutoTuner:
 
 def _finite(x: float) -> bool:
     return x == x and x not in (float("inf"), float("-inf"))
+
+
+_ADDRESS = re.compile(r"\bat 0x[0-9a-fA-F]{4,}")  # the default repr of an object: <... object at 0x7f...>
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _unhashable(name: str, key: Any, exc: TypeError) -> str:
+    return (f"autotune({name}): key_fn returned {_short(key)} (a {type(key).__name__}), which cannot be a cache key "
+            f"({exc}); make key_fn return a tuple of hashable values instead, for example tuple(x.shape) rather "
+            "than list(x.shape)")
 
 
 def _hashable(key: Any) -> bool:

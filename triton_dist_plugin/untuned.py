@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from . import cache, engine, filestore, settings
+from . import _callsite, cache, engine, filestore, settings
 from .requests import TuningRequest
 
 ENV = "TRITON_DIST_AUTOTUNE_ON_CAPTURE"
@@ -87,7 +87,7 @@ def frozen_miss(name: str, key: Any, tuned: dict, first: Any, autotuner: Any = N
         raise FrozenMiss(
             f"{name}: key {key} was never tuned, and {FROZEN_ENV}=strict forbids tuning. Tune it ahead: run this "
             f"launch once without {FROZEN_ENV} (the pick persists on disk for every later process), or set "
-            f"{FROZEN_ENV}=nearest to launch the nearest tuned key's pick. `triton-dist-tune misses` lists every "
+            f"{FROZEN_ENV}=nearest to launch the nearest tuned key's pick. 'triton-dist-tune misses' lists every "
             "key this met.")
     return _substitute(name, key, tuned, first, autotuner, device, "frozen mode", f"{FROZEN_ENV}=nearest",
                        "Tune it ahead to use its own pick.")
@@ -98,7 +98,7 @@ def _substitute(name, key, tuned, first, autotuner, device, where, setting, advi
     config = tuned[near] if near is not None else first
     source = f"the pick for the nearest tuned key {near}" if near is not None else "the first config"
     warnings.warn(f"{name}: key {key} was never tuned ({where}); launching {source} ({config}) without tuning "
-                  f"({setting}). {advice}", RuntimeWarning, stacklevel=4)
+                  f"({setting}). {advice}", RuntimeWarning, stacklevel=_callsite.stacklevel())
     request = TuningRequest(name, key, device, autotuner=autotuner)
     request.notes.append(f"untuned key met during {where}: launched {source}")
     engine.record(request, None, config, {}, method="none", cache_hit=False)
@@ -115,7 +115,8 @@ def record_miss(name: str, key: Any, why: str) -> None:
     try:
         filestore.append_line(path, line, root=root)  # one untearable write, never through a link
     except OSError as exc:
-        warnings.warn(f"cannot record the miss of {name} key {key} in {path} ({exc})", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"cannot record the miss of {name} key {key} in {path} ({exc})", RuntimeWarning,
+                      stacklevel=_callsite.stacklevel())
 
 
 def misses(root: Optional[Path] = None) -> list[dict]:
