@@ -1,4 +1,8 @@
-"""Pieces every benchmark here shares: host-side launch timing and saving results."""
+"""What the benchmarks share in-process: timing (host loops, synchronised calls, ``do_bench`` rounds),
+configs as results name them, the plugin's tuning notes, and saving results.
+
+Importing it gives this process (and the children it starts) a plugin cache of its own; ``_procs``
+starts children with empty caches."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,10 +55,70 @@ def save_results(name: str, data: Any) -> Path:
     return out
 
 
+def timed_call(f: Callable[[], Any]) -> tuple[Any, float]:
+    """``f()`` between two device synchronisations: ``(its result, seconds)``."""
+    import torch
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = f()
+    torch.cuda.synchronize()
+    return out, time.perf_counter() - t0
+
+
+def careful_ms(f: Callable[[], Any], rounds: int = 3) -> float:
+    """Milliseconds of ``f``: the median of ``rounds`` ``do_bench`` medians (warm-up 50 ms, 200 ms each)."""
+    import statistics
+
+    import triton
+
+    return statistics.median(triton.testing.do_bench(f, warmup=50, rep=200, return_mode="median")
+                             for _ in range(rounds))
+
+
+def do_bench_rounds(fns: dict, rounds: int = 5, warmup: int = 25, rep: int = 100) -> dict:
+    """``{name: [ms per round]}``: each of ``fns`` by ``do_bench`` (median), round-robin, so that drifting
+    clocks hit them alike."""
+    import triton
+
+    times: dict = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, f in fns.items():
+            times[name].append(triton.testing.do_bench(f, warmup=warmup, rep=rep, return_mode="median"))
+    return times
+
+
+def config_dict(config: Any) -> dict:
+    """A ``triton.Config`` as the results record a pick: ``{"kwargs", "num_warps", "num_stages"}``."""
+    return {"kwargs": config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
+
+
+def launch_meta(config: Any) -> dict:
+    """The launch keywords of a ``triton.Config`` or of a ``config_dict``: its kwargs, warps and stages."""
+    if isinstance(config, dict):
+        return {**config["kwargs"], "num_warps": config["num_warps"], "num_stages": config["num_stages"]}
+    return {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
+
+
+def collect_notes(notes: Optional[list] = None, keep: Optional[Callable[[str], bool]] = None) -> list:
+    """``notes`` (a new list by default), filled from now on with the plugin's notes of each tuning (those
+    ``keep`` accepts). Imports the plugin."""
+    import triton_dist_plugin as tdp
+
+    notes = [] if notes is None else notes
+
+    class Notes:
+        @tdp.hookimpl
+        def tdp_on_tuned(self, record):
+            notes.extend(n for n in record.notes if keep is None or keep(n))
+
+    tdp.register(Notes())
+    return notes
+
+
 def first_call_matmul() -> tuple[float, Any]:
     """Seconds of the first call of the 48-config fp16 matmul at 4096^3 (compile and time every
     config), and its tuner; run in a fresh process with an empty Triton cache."""
-    import torch
     import triton
 
     from kernels import KERNELS
@@ -62,8 +126,5 @@ def first_call_matmul() -> tuple[float, Any]:
     mm = KERNELS["matmul"]
     a, b = mm.make_inputs("gpu", "cuda")
     tuned = triton.autotune(configs=mm.configs("cuda"), key=mm.key)(mm.jit)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    mm.launch(tuned, a, b)
-    torch.cuda.synchronize()
-    return time.perf_counter() - t0, tuned
+    _, seconds = timed_call(lambda: mm.launch(tuned, a, b))
+    return seconds, tuned

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
 from pathlib import Path
 
 import torch
 import triton
-from _common import save_results
+from _common import do_bench_rounds, save_results, timed_call
 
 from kernels import KERNELS
 from triton_dist_plugin.autotuner import contextual_autotune
@@ -51,18 +50,12 @@ def main() -> None:
         LN.launch(LN.jit, c, w, bias, **cfg.all_kwargs())
     torch.cuda.synchronize()
 
-    t0 = time.perf_counter()
-    out_alone = step(mm, ln, a, b, w, bias)
-    torch.cuda.synchronize()
-    alone_s = time.perf_counter() - t0
+    out_alone, alone_s = timed_call(lambda: step(mm, ln, a, b, w, bias))
     alone = (mm.best_config, ln.best_config)
 
     mm2, ln2 = fresh()
     tuned = contextual_autotune(n_repeat=5, n_warmup=3)(lambda: step(mm2, ln2, a, b, w, bias))
-    t0 = time.perf_counter()
-    out_ctx = tuned()
-    torch.cuda.synchronize()
-    ctx_s = time.perf_counter() - t0
+    out_ctx, ctx_s = timed_call(tuned)
     ctx = (mm2.best_config, ln2.best_config)
     assert torch.allclose(out_alone.float(), out_ctx.float(), atol=2e-2, rtol=2e-2)
 
@@ -70,10 +63,7 @@ def main() -> None:
         return lambda: step(MM.jit, LN.jit, a, b, w, bias, mm_meta=picks[0].all_kwargs(),
                                ln_meta=picks[1].all_kwargs())
 
-    times = {"alone": [], "context": []}
-    for _ in range(5):
-        for name, picks in (("alone", alone), ("context", ctx)):
-            times[name].append(triton.testing.do_bench(run_with(picks), warmup=100, rep=500, return_mode="median"))
+    times = do_bench_rounds({"alone": run_with(alone), "context": run_with(ctx)}, rounds=5, warmup=100, rep=500)
     med = {k: statistics.median(v) for k, v in times.items()}
     result = {"alone_picks": [str(p) for p in alone], "context_picks": [str(p) for p in ctx],
               "same_picks": [str(x) == str(y) for x, y in zip(alone, ctx)], "step_ms": med,

@@ -11,9 +11,7 @@ tuning wall time minus what the calls themselves take.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,7 +20,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _procs import ROOT, emit, free_port, result_of
 
 
 def rank_main(rank: int, world: int, port: str, n: int, ms: float) -> None:
@@ -45,20 +43,18 @@ def rank_main(rank: int, world: int, port: str, n: int, ms: float) -> None:
         t0 = time.perf_counter()
         op(key, autotune_pg=group)
         times.append(time.perf_counter() - t0)
-    print(json.dumps({"rank": rank, "tuning_s": times}), flush=True)
+    emit({"rank": rank, "tuning_s": times})
     os._exit(0)
 
 
 def measure(world: int, n: int, ms: float) -> dict:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
+    port = str(free_port())
     with tempfile.TemporaryDirectory() as home:
         env = {**os.environ, "HOME": home, "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE": "1", "PYTHONPATH": str(ROOT)}
         procs = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), "--world", str(world), "--port", port,
                                    "--candidates", str(n), "--ms", str(ms)], env=env, stdout=subprocess.PIPE, text=True)
                  for r in range(world)]
-        outs = [json.loads(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in procs]
+        outs = [result_of(p.communicate(timeout=600)[0]) for p in procs]
     per_tuning = [max(o["tuning_s"][k] for o in outs) for k in range(3)]
     ideal = (n * 15 + 1) * ms / 1e3  # 5 warm-up + 10 timed calls per candidate, then the final call
     med = statistics.median(per_tuning)

@@ -15,7 +15,6 @@ hangs its process is observed from outside, and each reports whether its process
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -23,7 +22,8 @@ import tempfile
 import time
 import warnings
 
-from _common import ROOT, save_results
+from _common import collect_notes, save_results, timed_call
+from _procs import call_child, fresh_env, last_stderr_line, serve
 
 CHILD_TIMEOUT = 180
 
@@ -44,7 +44,7 @@ def _usable() -> str:
 def child_isolate() -> dict:
     import torch
     import triton
-    from faulty_kernels import CONFIGS, planted
+    from _faulty_kernels import CONFIGS, planted
 
     kernel = triton.autotune(configs=CONFIGS, key=["n"])(planted)
     n = 1 << 20
@@ -106,62 +106,34 @@ def child_cost() -> dict:
 
     from kernels import KERNELS
 
-    notes: list = []
-    if os.environ.get("TDP_PLUGIN") == "1":
-        from triton_dist_plugin import hookimpl, register
-
-        class Notes:
-            @hookimpl
-            def tdp_on_tuned(self, record):
-                notes.extend(n for n in record.notes if "isolat" in n)
-
-        register(Notes())
+    notes = collect_notes(keep=lambda n: "isolat" in n) if os.environ.get("TDP_PLUGIN") == "1" else []
     mm = KERNELS["matmul"]
     t_decorated = time.perf_counter()
     tuned = triton.autotune(configs=mm.configs("cuda"), key=mm.key)(mm.jit)
     a, b = mm.make_inputs("gpu", "cuda")
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    mm.launch(tuned, a, b)
-    torch.cuda.synchronize()
-    first, program = time.perf_counter() - t0, time.perf_counter() - t_decorated
+    _, first = timed_call(lambda: mm.launch(tuned, a, b))
+    program = time.perf_counter() - t_decorated
     a = torch.randn(4096, 2048, device="cuda", dtype=torch.float16)
     b = torch.randn(2048, 4096, device="cuda", dtype=torch.float16)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    mm.launch(tuned, a, b)
-    torch.cuda.synchronize()
-    return {"first_call_s": first, "program_s": program, "second_key_s": time.perf_counter() - t0, "notes": notes}
+    _, second = timed_call(lambda: mm.launch(tuned, a, b))
+    return {"first_call_s": first, "program_s": program, "second_key_s": second, "notes": notes}
 
 
 def run_child(name: str, env: dict, plugin: bool = True) -> dict:
     with tempfile.TemporaryDirectory() as cache:
-        path = os.pathsep.join([str(ROOT), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")])
-        full = {**os.environ, "TRITON_CACHE_DIR": cache, "TRITON_DIST_AUTOTUNE_DIR": os.path.join(cache, "tdp"),
-                "PYTHONPATH": path, "TDP_PLUGIN": "1" if plugin else "0", **env}
-        if not plugin:
-            full["TRITON_DIST_PLUGIN_DISABLE"] = "1"
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run([sys.executable, __file__, "child", name], env=full, capture_output=True, text=True,
-                                  timeout=CHILD_TIMEOUT)
+            data, proc = call_child(__file__, name, fresh_env(cache, plugin, env), timeout=CHILD_TIMEOUT)
         except subprocess.TimeoutExpired:
             return {"process": f"hung: killed after {CHILD_TIMEOUT}s"}
-        lines = proc.stdout.strip().splitlines()
-        try:
-            data = json.loads(lines[-1])
-        except (IndexError, ValueError):
-            tail = (proc.stderr.strip().splitlines() or ["?"])[-1][:200]
-            data = {"process": f"died (exit code {proc.returncode}): {tail}"}
+        if data is None:
+            data = {"process": f"died (exit code {proc.returncode}): {last_stderr_line(proc)[:200]}"}
         data["wall_s"] = time.perf_counter() - t0
         return data
 
 
 def main() -> None:
-    if len(sys.argv) > 2 and sys.argv[1] == "child":
-        if os.environ.get("TDP_PLUGIN") == "1":
-            import triton_dist_plugin  # noqa: F401
-        print(json.dumps(globals()[f"child_{sys.argv[2]}"](), default=str))
+    if serve(globals()):
         return
     only_cost = sys.argv[1:] == ["cost"]  # ``cost``: isolation's cost alone, into its own results file
     results = {} if only_cost else {

@@ -24,10 +24,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _procs import ROOT, emit, result_of
 
 
 def child(side: str) -> dict:
@@ -57,7 +56,7 @@ def child(side: str) -> dict:
     add.jit[direct_grid](x, y, o, n, BLOCK=best.kwargs["BLOCK"], num_warps=best.num_warps)
     torch.cuda.synchronize()
 
-    from _common import interleaved
+    from _common import config_dict, do_bench_rounds, interleaved, launch_meta, timed_call
 
     BL, NW = best.kwargs["BLOCK"], best.num_warps
     fns = {
@@ -109,27 +108,19 @@ def child(side: str) -> dict:
     mm = KERNELS["matmul"]
     tuned_mm = triton.autotune(configs=mm.configs("cuda"), key=mm.key)(mm.jit)
     a, b = mm.make_inputs("gpu", "cuda")
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    c = mm.launch(tuned_mm, a, b)
-    torch.cuda.synchronize()
-    first_call = time.perf_counter() - t0
+    c, first_call = timed_call(lambda: mm.launch(tuned_mm, a, b))
     ref = a.float() @ b.float()
     pick = tuned_mm.best_config
     vals = sorted(v[0] for v in tuned_mm.configs_timings.values())
     out["matmul"] = {"first_call_s": first_call, "n_configs": len(mm.configs("cuda")),
-                     "pick": {"kwargs": pick.kwargs, "num_warps": pick.num_warps, "num_stages": pick.num_stages},
+                     "pick": config_dict(pick),
                      "rel_err": ((c.float() - ref).norm() / ref.norm()).item(), "tuning_min_ms": vals[0],
                      "n_failed": sum(v == float("inf") for v in vals)}
     other = json.loads(os.environ.get("TDP_OTHER_PICK", "null"))
     if other:
-        def timed(p):
-            return lambda: mm.launch(mm.jit, a, b, **p["kwargs"], num_warps=p["num_warps"], num_stages=p["num_stages"])
         picks = {"plugin": out["matmul"]["pick"], "upstream": other}
-        meds = {k: [] for k in picks}
-        for _ in range(5):
-            for k, p in picks.items():
-                meds[k].append(triton.testing.do_bench(timed(p), warmup=100, rep=500, return_mode="median"))
+        meds = do_bench_rounds({k: lambda p=p: mm.launch(mm.jit, a, b, **launch_meta(p)) for k, p in picks.items()},
+                               rounds=5, warmup=100, rep=500)
         out["matmul"]["remeasured_ms"] = {k: statistics.median(v) for k, v in meds.items()}
 
     # 4. threads, different keys, one kernel
@@ -163,7 +154,7 @@ def run_child(side: str, env: dict) -> dict:
                           env={**os.environ, **env, "PYTHONPATH": str(ROOT)}, timeout=900)
     if proc.returncode != 0:
         return {"side": side, "error": proc.stderr[-3000:]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return result_of(proc.stdout)
 
 
 def cache_probe(cache_dir: str) -> dict:
@@ -189,7 +180,7 @@ def main() -> None:
     parser.add_argument("--out", default="foundation_h200.json", help="file name under benchmarks/results/")
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child), default=str))
+        emit(child(args.child))
         return
     if os.environ.get("TDP_DISPATCH_ONLY"):
         from _common import save_results

@@ -10,13 +10,9 @@ the pick ranks and how far it is from the best.
 
 from __future__ import annotations
 
-import statistics
-import time
 from pathlib import Path
 
-import torch
-import triton
-from _common import save_results
+from _common import careful_ms, save_results, timed_call
 
 from kernels import KERNELS
 from triton_dist_plugin.tune import autotune
@@ -35,19 +31,13 @@ def study(name: str) -> dict:
 
     for cfg in space:  # compile every candidate first: this measures selection, not compilation
         spec.launch(spec.jit, *inputs, **cfg["cfg"].all_kwargs())
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    out = launcher(*inputs, autotune_verbose=False)
-    torch.cuda.synchronize()
-    tuning_s = time.perf_counter() - t0
+    out, tuning_s = timed_call(lambda: launcher(*inputs, autotune_verbose=False))
     ref = spec.reference(*inputs)
     err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
     pick = launcher.best_configs[next(iter(launcher.best_configs))]
     careful = {}
     for i, cfg in enumerate(space):
-        f = lambda c=cfg: spec.launch(spec.jit, *inputs, **c["cfg"].all_kwargs())  # noqa: E731
-        careful[i] = statistics.median(triton.testing.do_bench(f, warmup=50, rep=200, return_mode="median")
-                                       for _ in range(3))
+        careful[i] = careful_ms(lambda c=cfg: spec.launch(spec.jit, *inputs, **c["cfg"].all_kwargs()))
     order = sorted(careful, key=careful.get)
     pick_i = space.index(pick)
     return {"kernel": name, "candidates": len(space), "tuning_s": tuning_s, "rel_err": err,

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
+from _procs import emit, free_port, fresh_env, rank_env, result_of  # noqa: E402
+
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 DEAD_TIMEOUT = 20
 
@@ -71,7 +72,7 @@ def child_first_call() -> None:
     rows = [None] * dist.get_world_size()
     dist.all_gather_object(rows, mine)
     if dist.get_rank() == 0:
-        print("RESULT " + json.dumps(rows), flush=True)
+        emit(rows)
     dist.destroy_process_group()
 
 
@@ -106,63 +107,51 @@ def child_dead() -> None:
         result = {"error": None}
     except Exception as exc:
         result = {"error": f"{type(exc).__name__}: {exc}"[:600], "error_at": time.time()}
-    print("RESULT " + json.dumps(result), flush=True)
+    emit(result)
     os._exit(0)  # the communicator is broken: leave without tearing it down
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _fresh_env(extra: dict) -> tuple[dict, list[str]]:
     base = tempfile.mkdtemp(prefix="tdp-scale-")
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{HERE}:{os.environ.get('PYTHONPATH', '')}",
-           "TRITON_DIST_AUTOTUNE_DIR": os.path.join(base, "tdp"), "TRITON_CACHE_DIR": os.path.join(base, "triton"),
-           **extra}
-    return env, [base]
+    return fresh_env(base, extra=extra), [base]
 
 
 def torchrun(nproc: int, env: dict, timeout: int = 300) -> dict:
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-port",
-           str(_free_port()), __file__, "--child", "first_call"]
+           str(free_port()), __file__, "--child", "first_call"]
     started = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - started
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return {"ranks": json.loads(line[7:]), "process_wall_s": wall}
+    ranks = result_of(proc.stdout)
+    if ranks is not None:
+        return {"ranks": ranks, "process_wall_s": wall}
     return {"error": (proc.stdout + proc.stderr)[-3000:]}
 
 
 def separate_caches(env: dict, timeout: int = 300) -> dict:
     """2 ranks, each with its own Triton cache directory (started by hand: torchrun gives every
     rank the same environment)."""
-    port = str(_free_port())
+    port = free_port()
     procs = []
     for rank in range(2):
-        own = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "RANK": str(rank), "WORLD_SIZE": "2",
-               "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
-               "TRITON_CACHE_DIR": env["TRITON_CACHE_DIR"] + str(rank)}
+        own = {**rank_env(env, rank, 2, port), "TRITON_CACHE_DIR": env["TRITON_CACHE_DIR"] + str(rank)}
         procs.append(subprocess.Popen([sys.executable, __file__, "--child", "first_call"], cwd=ROOT, env=own,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=timeout) for p in procs]
     for out, _ in outs:
-        for line in out.splitlines():
-            if line.startswith("RESULT "):
-                return {"ranks": json.loads(line[7:])}
+        ranks = result_of(out)
+        if ranks is not None:
+            return {"ranks": ranks}
     return {"error": "".join(o + e for o, e in outs)[-3000:]}
 
 
 def dead_rank() -> dict:
     env, _ = _fresh_env({"TRITON_DIST_AUTOTUNE_TIMEOUT": str(DEAD_TIMEOUT)})
     death = tempfile.mktemp(prefix="tdp-death-")
-    port = str(_free_port())
+    port = free_port()
     procs = []
     for rank in range(2):
-        own = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "RANK": str(rank), "WORLD_SIZE": "2",
-               "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2", "TDP_DEATH_FILE": death}
+        own = {**rank_env(env, rank, 2, port), "TDP_DEATH_FILE": death}
         procs.append(subprocess.Popen([sys.executable, __file__, "--child", "dead"], cwd=ROOT, env=own,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     try:
@@ -173,9 +162,7 @@ def dead_rank() -> dict:
         return {"hang": f"rank 0 did not finish within {DEAD_TIMEOUT + 150}s"}
     procs[1].wait(timeout=30)
     result: dict = {"rank1_exit": procs[1].returncode, "rank0_exit": procs[0].returncode}
-    for line in out.splitlines():
-        if line.startswith("RESULT "):
-            result.update(json.loads(line[7:]))
+    result.update(result_of(out) or {})
     if os.path.exists(death) and result.get("error_at"):
         result["seconds_from_death_to_error"] = result["error_at"] - float(Path(death).read_text())
     if "error" not in result:

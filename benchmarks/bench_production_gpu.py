@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +29,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
+from _common import save_results, timed_call  # noqa: E402
+from _procs import call_child, fresh_env, serve  # noqa: E402
 
 SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (1024, 4096, 4096),
           (4096, 1024, 4096), (4096, 4096, 1024), (8192, 1024, 1024), (512, 8192, 2048)]
@@ -70,28 +71,19 @@ def child_first_call() -> dict:
     count = _counting()
     mm, tuned = _matmul_kernel()
     a, b = mm.make_inputs("gpu", "cuda")
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    out = mm.launch(tuned, a, b)
-    torch.cuda.synchronize()
-    seconds = time.perf_counter() - t0
+    out, seconds = timed_call(lambda: mm.launch(tuned, a, b))
     return {"seconds": seconds, "timed": count.timed, "cache_hit": count.hits, "pick": tuned.best_config.all_kwargs(),
             "correct": bool(torch.allclose(out.float(), a.float() @ b.float(), atol=1e-1, rtol=1e-2))}
 
 
 def child_direct() -> dict:
-    import torch
-
     from kernels import KERNELS
 
     mm = KERNELS["matmul"]
     pick = json.loads(os.environ["TDP_PICK"])
     a, b = mm.make_inputs("gpu", "cuda")
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    mm.launch(mm.jit, a, b, **pick)
-    torch.cuda.synchronize()
-    return {"seconds": time.perf_counter() - t0}
+    _, seconds = timed_call(lambda: mm.launch(mm.jit, a, b, **pick))
+    return {"seconds": seconds}
 
 
 def _step(M: int, N: int, K: int) -> None:
@@ -156,25 +148,15 @@ def child_compile() -> dict:
 
 
 def run(child: str, env: dict, timeout: int = 400) -> dict:
-    proc = subprocess.run([sys.executable, __file__, "--child", child], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    return {"error": (proc.stdout + proc.stderr)[-3000:]}
+    data, proc = call_child(__file__, child, env, timeout, cwd=ROOT)
+    return data if data is not None else {"error": (proc.stdout + proc.stderr)[-3000:]}
 
 
 def main() -> None:
-    if "--child" in sys.argv:
-        name = sys.argv[sys.argv.index("--child") + 1]
-        result = globals()[f"child_{name}"]()
-        print("RESULT " + json.dumps(result, default=str), flush=True)
+    if serve(globals()):
         return
-    from _common import save_results
-
     base = tempfile.mkdtemp(prefix="tdp-prod-")
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{HERE}:{os.environ.get('PYTHONPATH', '')}",
-           "TRITON_DIST_AUTOTUNE_DIR": os.path.join(base, "tdp"), "TRITON_CACHE_DIR": os.path.join(base, "triton")}
+    env = fresh_env(base)
     results: dict = {"tune": run("first_call", env)}
     pick = results["tune"].get("pick")
     results["second"], results["direct"] = [], []

@@ -25,7 +25,6 @@ printed last, against the ground truth of ``search_truth_gpu.py`` where it has r
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
@@ -33,38 +32,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
-from _common import ROOT, save_results
+from _common import ROOT, collect_notes, config_dict, save_results, timed_call
+from _procs import call_child, fresh_env, last_stderr_line, serve
+from _search import SECOND, SHAPE, TRUTH, careful, inputs, large_space
 
-TRUTH = ROOT / "benchmarks" / "results" / "search_truth_h200.json"  # search_truth_gpu.py
 RESULTS = ROOT / "benchmarks" / "results" / "search_h200.json"
-SHAPE, SECOND = (4096, 4096, 4096), (8192, 2048, 4096)
-
-
-def large_space() -> list:
-    import triton
-
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": g}, num_warps=w, num_stages=s)
-            for bm, bn, bk, g, w, s in itertools.product((32, 64, 128, 256), (32, 64, 128, 256), (32, 64, 128),
-                                                         (1, 8), (2, 4, 8), (2, 3, 4, 5))]
-
-
-def inputs(shape):
-    import torch
-
-    m, n, k = shape
-    torch.manual_seed(0)
-    return (torch.randn(m, k, device="cuda", dtype=torch.float16),
-            torch.randn(k, n, device="cuda", dtype=torch.float16))
-
-
-def careful(mm, config, a, b, rep=200) -> float:
-    """``do_bench`` ms of ``config`` launched directly (the compiled kernel is in memory)."""
-    import triton
-
-    meta = {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
-    return triton.testing.do_bench(lambda: mm.launch(mm.jit, a, b, **meta), warmup=25, rep=rep)
 
 
 def tuned_call(configs, shape, notes: list):
@@ -74,14 +47,7 @@ def tuned_call(configs, shape, notes: list):
     from kernels import KERNELS
 
     if os.environ.get("TDP_PLUGIN") == "1":
-        from triton_dist_plugin import hookimpl, register
-
-        class Notes:
-            @hookimpl
-            def tdp_on_tuned(self, record):
-                notes.extend(record.notes)
-
-        register(Notes())
+        collect_notes(notes)
     mm = KERNELS["matmul"]
     tuned = triton.autotune(configs=configs, key=mm.key)(mm.jit)
     seconds, a, b = timed_first_call(tuned, shape)
@@ -90,16 +56,11 @@ def tuned_call(configs, shape, notes: list):
 
 def timed_first_call(tuned, shape) -> tuple:
     """Make inputs of ``shape`` and time ``tuned``'s (synchronised) call on them; ``(seconds, a, b)``."""
-    import torch
-
     from kernels import KERNELS
 
     a, b = inputs(shape)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    KERNELS["matmul"].launch(tuned, a, b)
-    torch.cuda.synchronize()
-    return time.perf_counter() - t0, a, b
+    _, seconds = timed_call(lambda: KERNELS["matmul"].launch(tuned, a, b))
+    return seconds, a, b
 
 
 def counts(notes: list) -> dict:
@@ -173,10 +134,6 @@ def child_second_in_process() -> dict:
             "notes": [n for n in notes if "search" in n or "screened" in n], **counts(notes)}
 
 
-def described(config) -> dict:
-    return {"kwargs": config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
-
-
 def child_large_second() -> dict:
     """``SECOND`` over the large space (cold, or warm from the plugin cache given); with
     ``TDP_OTHER_PICK`` (another run's pick), both picks measured here, alternating, 3 rounds."""
@@ -189,7 +146,7 @@ def child_large_second() -> dict:
     mm = KERNELS["matmul"]
     notes: list = []
     seconds, tuned, a, b = tuned_call(large_space(), SECOND, notes)
-    out = {"first_call_s": seconds, "pick": str(tuned.best_config), "pick_config": described(tuned.best_config),
+    out = {"first_call_s": seconds, "pick": str(tuned.best_config), "pick_config": config_dict(tuned.best_config),
            "notes": [n for n in notes if "search" in n or "screened" in n], **counts(notes)}
     picks = {"pick_ms": tuned.best_config}
     if os.environ.get("TDP_OTHER_PICK"):
@@ -207,28 +164,16 @@ def child_large_second() -> dict:
 def run_child(name: str, env: dict | None = None, plugin: bool = True, plugin_dir: str | None = None,
               triton_dir: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as cache:
-        path = os.pathsep.join([str(ROOT), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")])
-        full = {**os.environ, "TRITON_CACHE_DIR": triton_dir or os.path.join(cache, "triton"),
-                "TRITON_DIST_AUTOTUNE_DIR": plugin_dir or os.path.join(cache, "tdp"), "PYTHONPATH": path,
-                "TDP_PLUGIN": "1" if plugin else "0", **(env or {})}
-        if not plugin:
-            full["TRITON_DIST_PLUGIN_DISABLE"] = "1"
+        full = fresh_env(cache, plugin, env, triton_dir=triton_dir, plugin_dir=plugin_dir)
         try:
-            proc = subprocess.run([sys.executable, __file__, "child", name], env=full, capture_output=True,
-                                  text=True, timeout=300)
+            data, proc = call_child(__file__, name, full, timeout=300)
         except subprocess.TimeoutExpired:
             return {"error": "did not finish within 300s"}
-        try:
-            return json.loads(proc.stdout.strip().splitlines()[-1])
-        except (IndexError, ValueError):
-            return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1][:300]}
+        return data if data is not None else {"error": last_stderr_line(proc)[:300]}
 
 
 def main() -> None:
-    if len(sys.argv) > 2 and sys.argv[1] == "child":
-        if os.environ.get("TDP_PLUGIN") == "1":
-            import triton_dist_plugin  # noqa: F401
-        print(json.dumps(globals()[f"child_{sys.argv[2]}"](), default=str))
+    if serve(globals()):
         return
     parts = sys.argv[1:] or ["first", "warm", "large", "optuna"]
     saved = RESULTS

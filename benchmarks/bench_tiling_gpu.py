@@ -15,35 +15,26 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
-from _common import ROOT, first_call_matmul, save_results
-
-
-def careful(f) -> float:
-    import triton
-
-    return statistics.median(triton.testing.do_bench(f, warmup=50, rep=200, return_mode="median") for _ in range(3))
+from _common import (
+    ROOT,
+    careful_ms,
+    collect_notes,
+    config_dict,
+    do_bench_rounds,
+    first_call_matmul,
+    launch_meta,
+    save_results,
+)
+from _procs import call_child, serve
 
 
 def first_call(side: str) -> dict:
-    notes: list = []
-    if side == "plugin":
-        import triton_dist_plugin as tdp
-
-        class Notes:
-            @tdp.hookimpl
-            def tdp_on_tuned(self, record):
-                notes.extend(record.notes)
-
-        tdp.register(Notes())
+    notes = collect_notes() if side == "plugin" else []
     seconds, tuned = first_call_matmul()
-    pick = tuned.best_config
-    picked = {"kwargs": pick.kwargs, "num_warps": pick.num_warps, "num_stages": pick.num_stages}
-    return {"side": side, "first_call_s": seconds, "notes": notes, "pick": picked}
+    return {"side": side, "first_call_s": seconds, "notes": notes, "pick": config_dict(tuned.best_config)}
 
 
 def expert_space(name: str, shape: tuple) -> list:
@@ -133,9 +124,8 @@ def quality() -> list:
             named = set().union(*space)
             pick_kwargs = {k: v for k, v in pick.all_kwargs().items() if k in named or k in pick.kwargs}
             calls.append(lambda run=run, jit=jit, kw=pick_kwargs: run(jit, **kw))
-            rounds = [[triton.testing.do_bench(f, warmup=25, rep=100, return_mode="median") for f in calls]
-                      for _ in range(5)]
-            med = [statistics.median(r[i] for r in rounds) for i in range(len(calls))]
+            rounds = do_bench_rounds(dict(enumerate(calls)))
+            med = [statistics.median(rounds[i]) for i in range(len(calls))]
             expert, pick_ms = med[:-1], med[-1]
             best_i = min(range(len(expert)), key=expert.__getitem__)
             rows.append({"kernel": name, "shape": shape, "generated_candidates": len(gen.configs_timings),
@@ -147,44 +137,46 @@ def quality() -> list:
 
 
 def exhaustive_matmul(picks: dict) -> dict:
-    import triton
-
     from kernels import KERNELS
 
     mm = KERNELS["matmul"]
     a, b = mm.make_inputs("gpu", "cuda")
     configs = mm.configs("cuda")
-    times = {i: careful(lambda c=c: mm.launch(mm.jit, a, b, **c.all_kwargs())) for i, c in enumerate(configs)}
+    times = {i: careful_ms(lambda c=c: mm.launch(mm.jit, a, b, **c.all_kwargs())) for i, c in enumerate(configs)}
     best = min(times.values())
     out = {"exhaustive_best_ms": best}
     for side, p in picks.items():
-        ms = careful(lambda p=p: mm.launch(mm.jit, a, b, **p["kwargs"], num_warps=p["num_warps"],
-                                           num_stages=p["num_stages"]))
+        ms = careful_ms(lambda p=p: mm.launch(mm.jit, a, b, **launch_meta(p)))
         out[f"{side}_pick_ms"], out[f"{side}_gap_pct"] = ms, (ms / best - 1) * 100
-    del triton
     return out
 
 
-def child(what: str) -> None:
-    if what in ("upstream", "plugin"):
-        print(json.dumps(first_call(what)))
-    elif what == "quality":
-        print(json.dumps(quality(), default=str))
-    elif what == "exhaustive":
-        print(json.dumps(exhaustive_matmul(json.loads(os.environ["TDP_PICKS"]))))
+def child_upstream() -> dict:
+    return first_call("upstream")
+
+
+def child_plugin() -> dict:
+    return first_call("plugin")
+
+
+def child_quality() -> list:
+    return quality()
+
+
+def child_exhaustive() -> dict:
+    return exhaustive_matmul(json.loads(os.environ["TDP_PICKS"]))
 
 
 def run_child(what: str, env: dict) -> dict:
-    proc = subprocess.run([sys.executable, __file__, what], cwd=ROOT, capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+    data, proc = call_child(__file__, what, {**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=900, cwd=ROOT)
     if proc.returncode != 0:
         return {"error": proc.stderr[-4000:]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return data
 
 
 def main() -> None:
-    if len(sys.argv) > 1:
-        return child(sys.argv[1])
+    if serve(globals()):
+        return
     results: dict = {}
     only = os.environ.get("TDP_ONLY", "first_call,exhaustive,quality").split(",")
     sides = os.environ.get("TDP_SIDES", "upstream,plugin").split(",")

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from _procs import result_of, scrubbed_env
 
 SIDES = ("upstream", "plugin", "after", "give-up")
 SCENARIOS = ("hooks_own_bench", "hooks_default_bench", "all_oor", "restore")
@@ -119,7 +120,7 @@ print("RESULT " + json.dumps(out))
 
 def run(side: str, work: Path, scenarios: list) -> dict:
     cache = Path(tempfile.mkdtemp(prefix=f"cache-{side}-", dir=work))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_DIST_", "TRITON_CACHE_DIR"))}
+    env = scrubbed_env(prefixes=("TRITON_DIST_", "TRITON_CACHE_DIR"))
     env.update(TRITON_CACHE_DIR=str(cache), TRITON_DIST_AUTOTUNE_DIR=str(cache / "plugin"), HOME=str(work))
     if side == "upstream":
         env["TRITON_DIST_PLUGIN_DISABLE"] = "1"
@@ -132,11 +133,11 @@ def run(side: str, work: Path, scenarios: list) -> dict:
                               text=True, timeout=600)
     except subprocess.TimeoutExpired:
         return {"error": "did not finish within 600s"}
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    result = result_of(proc.stdout)
     notes = [x.strip() for x in (proc.stdout + proc.stderr).splitlines() if "compiled" in x or "gave up" in x]
-    if line is None:
+    if result is None:
         return {"error": f"exit {proc.returncode}: {(proc.stderr or proc.stdout)[-2000:]}"}
-    return {**json.loads(line[len("RESULT "):]), "notes": notes[:12]}
+    return {**result, "notes": notes[:12]}
 
 
 def main() -> int:

@@ -12,7 +12,7 @@ import statistics
 
 import torch
 import triton
-from _common import save_results
+from _common import do_bench_rounds, save_results
 
 import triton_dist_plugin  # noqa: F401  (configs=[] needs the plugin)
 from kernels import add
@@ -29,10 +29,7 @@ def main() -> None:
         grid = {(b, w) for b in (512, 1024, 2048, 4096, 8192) for w in (1, 2, 4, 8, 16)}
         calls = {f"{b}x{w}": (lambda b=b, w=w, x=x, y=y: add.add(add.add_kernel, x, y, BLOCK=b, num_warps=w))
                  for b, w in sorted(grid)}
-        rounds = {k: [] for k in calls}
-        for _ in range(5):
-            for k, f in calls.items():
-                rounds[k].append(triton.testing.do_bench(f, warmup=25, rep=100, return_mode="median"))
+        rounds = do_bench_rounds(calls)  # 5 rounds of do_bench(warmup=25, rep=100) medians
         careful = {k: statistics.median(v) for k, v in rounds.items()}
         best = min(careful, key=careful.get)
         pick = f"{gen.best_config.kwargs['BLOCK']}x{gen.best_config.num_warps}"

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import gc
 import hashlib
-import json
 import statistics
 import subprocess
 import sys
@@ -24,8 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_real_libs as brl  # noqa: E402
 from _common import save_results  # noqa: E402
+from _procs import emit, result_of  # noqa: E402
+from real_libs.cases import GEN  # noqa: E402
+from real_libs.child import graph_ms, warm_up  # noqa: E402
+from real_libs.ops import OPS  # noqa: E402
+from real_libs.runner import child_env  # noqa: E402
 
 VARIANTS = {
     "upstream": ("disabled", {}),
@@ -64,20 +67,20 @@ def child(op_name: str, mode: str) -> None:
         import triton_dist_plugin  # noqa: F401
     import flag_gems  # noqa: F401
 
-    brl._warm_up(torch)
-    op = next(o for o in brl.OPS if o.name == op_name)
+    warm_up(torch)
+    op = next(o for o in OPS if o.name == op_name)
     torch.manual_seed(0)
-    brl._GEN["cuda"] = torch.Generator(device="cuda").manual_seed(0)
+    GEN["cuda"] = torch.Generator(device="cuda").manual_seed(0)
     case = op.build(torch)
     step = case.step or (lambda: case.fwd())
     t0 = time.perf_counter()
     step()
     torch.cuda.synchronize()
     first = time.perf_counter() - t0
-    own = [brl._graph_ms(torch, step) for _ in range(3)]
+    own = [graph_ms(torch, step) for _ in range(3)]
     case2 = op.build(torch)  # new tensors, same shapes: the tuned key again
     step2 = case2.step or (lambda: case2.fwd())
-    fresh = [brl._graph_ms(torch, step2) for _ in range(3)]
+    fresh = [graph_ms(torch, step2) for _ in range(3)]
     from triton.runtime.autotuner import Autotuner
 
     picks = {}
@@ -90,8 +93,7 @@ def child(op_name: str, mode: str) -> None:
                 names.add(name)
         except Exception:
             pass
-    print(json.dumps({"first_s": first, "own_ms": own, "fresh_ms": fresh, "picks": picks,
-                      "binaries": binaries(names)}))
+    emit({"first_s": first, "own_ms": own, "fresh_ms": fresh, "picks": picks, "binaries": binaries(names)})
 
 
 def main() -> None:
@@ -112,13 +114,11 @@ def main() -> None:
                 if time.perf_counter() > deadline:
                     continue
                 scratch = Path(tempfile.mkdtemp(dir=work))
-                env = {**brl.child_env(mode, scratch), **extra}
+                env = {**child_env(mode, scratch), **extra}
                 proc = subprocess.run([sys.executable, __file__, "--child", op, mode], env=env,
                                       capture_output=True, text=True, timeout=240)
-                line = (proc.stdout.strip().splitlines() or ["{}"])[-1]
-                try:
-                    data = json.loads(line)
-                except ValueError:
+                data = result_of(proc.stdout) if proc.stdout.strip() else {}
+                if data is None:
                     data = {"error": proc.stderr[-800:]}
                 rows.append({"op": op, "variant": variant, "rep": rep, **data})
                 print(op, variant, rep, {k: data.get(k) for k in ("own_ms", "fresh_ms", "binaries", "error")},

@@ -19,6 +19,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 sys.path.insert(0, ".")
+from _common import collect_notes  # noqa: E402
+
 import triton_dist_plugin  # noqa: E402,F401
 from kernels import KERNELS  # noqa: E402
 from triton_dist_plugin import engine, forked_compile, launch, persist, precompile, timing  # noqa: E402
@@ -52,16 +54,7 @@ def wrap(owner, name):
 for owner, name in STEPS:
     wrap(owner, name)
 mm = KERNELS["matmul"]
-notes: list = []
-
-
-class Notes:
-    @triton_dist_plugin.hookimpl
-    def tdp_on_tuned(self, record):
-        notes.extend(record.notes)
-
-
-triton_dist_plugin.register(Notes())
+notes = collect_notes()
 shape = tuple(int(v) for v in sys.argv[1:4]) or (4096, 4096, 4096)
 tuned = triton.autotune(configs=mm.configs("cuda"), key=mm.key)(mm.jit)  # as a program: decorate, then load
 torch.manual_seed(0)

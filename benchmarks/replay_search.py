@@ -12,7 +12,6 @@ seconds are in ``search_h200.json``.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import os
@@ -22,9 +21,8 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
-import triton  # noqa: E402
 from _common import save_results  # noqa: E402
-from bench_search_gpu import TRUTH  # noqa: E402
+from _search import TRUTH, large_space  # noqa: E402
 
 import triton_dist_plugin as tdp  # noqa: E402
 from triton_dist_plugin import engine, search, search_optuna  # noqa: E402
@@ -33,9 +31,7 @@ from triton_dist_plugin import engine, search, search_optuna  # noqa: E402
 def main() -> None:
     truth = json.loads(TRUTH.read_text())
     quick, status = truth["quick_ms"], truth["status"]
-    space = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": g}, num_warps=w, num_stages=s)
-             for bm, bn, bk, g, w, s in itertools.product((32, 64, 128, 256), (32, 64, 128, 256), (32, 64, 128),
-                                                          (1, 8), (2, 4, 8), (2, 3, 4, 5))]
+    space = large_space()
 
     def name(config) -> str:  # as Triton 3.6 printed it on the H200
         return str(config).replace(", ir_override: None", "")

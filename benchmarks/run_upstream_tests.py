@@ -46,6 +46,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from _procs import scrubbed_env
+
 FILES = ("test_autotuner.py", "test_decorator.py")
 UPSTREAM, PLUGIN = "upstream", "plugin"
 OUTCOMES_ENV = "TDP_UPSTREAM_OUTCOMES"
@@ -154,7 +156,7 @@ def child_env(base: dict, home: Path, cache: Path, helpers: Path, outcomes: Path
     both sides start from the defaults; then the run's own HOME, cache and helper modules."""
     dropped = ("TRITON_DIST_", "TDP_", "TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR",
                "TRITON_OVERRIDE_DIR", "TRITON_ALWAYS_COMPILE", "PYTEST_ADDOPTS", "TRITON_INTERPRET")
-    env = {k: v for k, v in base.items() if not k.startswith(dropped)}
+    env = scrubbed_env(prefixes=dropped, base=base)
     env.update(HOME=str(home), TRITON_CACHE_DIR=str(cache), PYTHONDONTWRITEBYTECODE="1",
                PYTHONPATH=os.pathsep.join(filter(None, [str(helpers), base.get("PYTHONPATH")])))
     env[OUTCOMES_ENV] = str(outcomes)

@@ -1,4 +1,4 @@
-"""The exhaustive ground truth of the large matmul space (``bench_search_gpu.large_space``) at 4096^3.
+"""The exhaustive ground truth of the large matmul space (``_search.large_space``) at 4096^3.
 
     python benchmarks/search_truth_gpu.py
 
@@ -19,18 +19,14 @@ import time
 os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp())
 import torch  # noqa: E402
 import triton  # noqa: E402
-from _common import save_results  # noqa: E402
-from bench_search_gpu import SHAPE, careful, inputs, large_space  # noqa: E402
+from _common import launch_meta, save_results  # noqa: E402
+from _search import SHAPE, careful, inputs, large_space  # noqa: E402
 
 sys.path.insert(0, ".")
 from kernels import KERNELS  # noqa: E402
 
 LIMIT = 20.0
 PARALLEL = os.cpu_count() or 16
-
-
-def meta(config) -> dict:
-    return {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
 
 
 def main() -> None:
@@ -44,7 +40,7 @@ def main() -> None:
     from triton.runtime.driver import driver
 
     device = driver.active.get_current_device()
-    mm.jit.warmup(*args, **meta(space[0]), grid=(1,))  # the per-process caches, before any fork
+    mm.jit.warmup(*args, **launch_meta(space[0]), grid=(1,))  # the per-process caches, before any fork
     started = time.perf_counter()
     running: dict = {}  # pid -> (index, start)
     status: dict = {}
@@ -62,7 +58,7 @@ def main() -> None:
                 try:
                     driver.active.get_current_device = lambda: device
                     driver.active.get_current_stream = lambda *_: 0
-                    mm.jit.warmup(*args, **meta(space[i]), grid=(1,))
+                    mm.jit.warmup(*args, **launch_meta(space[i]), grid=(1,))
                 except BaseException:
                     code = 1
                 os._exit(code)
@@ -88,7 +84,7 @@ def main() -> None:
             quick[str(config)] = None
             continue
         try:
-            quick[str(config)] = triton.testing.do_bench(lambda c=config: mm.launch(mm.jit, a, b, **meta(c)),
+            quick[str(config)] = triton.testing.do_bench(lambda c=config: mm.launch(mm.jit, a, b, **launch_meta(c)),
                                                          warmup=5, rep=20)
         except Exception as exc:  # out of resources, most often
             quick[str(config)] = None
