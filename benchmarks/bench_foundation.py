@@ -67,7 +67,7 @@ def child(side: str) -> dict:
         "direct_same_grid_us": lambda: add.jit[grid](x, y, o, n, BLOCK=BL, num_warps=NW),
     }
     if side == "plugin":
-        from triton_dist_plugin import direct
+        from triton_dist_plugin.patched import direct
 
         os.environ[direct.DIRECT_ENV] = "0"  # read when a tuned key gets its launcher
         tuned_off = triton.autotune(configs=add_configs, key=["n"])(add.jit)

@@ -22,7 +22,7 @@ def main() -> None:
     import torch
     from test_isolate import planted
 
-    from triton_dist_plugin import isolate
+    from triton_dist_plugin.isolation import isolate
 
     device = "cuda" if torch.cuda.is_available() and os.environ["TRITON_INTERPRET"] != "1" else "cpu"
     worker = isolate.worker()  # started, torch imported, a first small job done: only the transfer is left

@@ -54,7 +54,7 @@ def child_first_call() -> None:
 
     import triton_dist_plugin as tdp
     from kernels import KERNELS
-    from triton_dist_plugin import precompile
+    from triton_dist_plugin.compiling import precompile
 
     mm = KERNELS["matmul"]
     a, b = mm.make_inputs("gpu", "cuda")

@@ -98,7 +98,7 @@ _STEP_KERNEL: list = []
 
 
 def child_pretune() -> dict:
-    from triton_dist_plugin.pretune import pretune
+    from triton_dist_plugin.cli.pretune import pretune
 
     _STEP_KERNEL[:] = _matmul_kernel()
     t0 = time.perf_counter()

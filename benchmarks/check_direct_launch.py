@@ -1,4 +1,4 @@
-"""GPU check of the direct cache-hit launch (``triton_dist_plugin.direct``): every case where the
+"""GPU check of the direct cache-hit launch (``triton_dist_plugin.patched.direct``): every case where the
 kernel Triton would pick can change between two launches of one tuned key, and what hooks see.
 
 Each line compares against ``JITFunction.run`` itself or against torch; exit status 1 if any fails.
@@ -12,7 +12,7 @@ from triton import knobs
 
 import triton_dist_plugin  # noqa: F401  (patches Triton)
 from kernels import KERNELS
-from triton_dist_plugin import direct, kernel_state
+from triton_dist_plugin.patched import direct, kernel_state
 
 sys.path.insert(0, "benchmarks")
 from _common import save_results  # noqa: E402

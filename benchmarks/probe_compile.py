@@ -14,7 +14,10 @@ import triton
 
 sys.path.insert(0, ".")
 from kernels import KERNELS  # noqa: E402
-from triton_dist_plugin import forked_compile, precompile  # noqa: E402
+from triton_dist_plugin.compiling import (
+    forked_compile,  # noqa: E402
+    precompile,  # noqa: E402
+)
 
 mm = KERNELS["matmul"]
 a, b = mm.make_inputs("gpu", "cuda")

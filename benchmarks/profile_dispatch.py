@@ -8,7 +8,7 @@ import triton
 
 import triton_dist_plugin  # noqa: F401  (patches Triton)
 from kernels import KERNELS
-from triton_dist_plugin import kernel_state
+from triton_dist_plugin.patched import kernel_state
 
 add = KERNELS["add"]
 n = 1 << 12

@@ -12,7 +12,7 @@ import triton
 
 import triton_dist_plugin  # noqa: F401
 from kernels import KERNELS
-from triton_dist_plugin import direct, kernel_state
+from triton_dist_plugin.patched import direct, kernel_state
 
 sys.path.insert(0, "benchmarks")
 from _common import host_loop, save_results  # noqa: E402

@@ -23,7 +23,13 @@ from _common import collect_notes  # noqa: E402
 
 import triton_dist_plugin  # noqa: E402,F401
 from kernels import KERNELS  # noqa: E402
-from triton_dist_plugin import engine, forked_compile, launch, persist, precompile, timing  # noqa: E402
+from triton_dist_plugin import engine, timing  # noqa: E402
+from triton_dist_plugin.compiling import (
+    forked_compile,  # noqa: E402
+    precompile,  # noqa: E402
+)
+from triton_dist_plugin.patched import launch  # noqa: E402
+from triton_dist_plugin.store import persist  # noqa: E402
 
 STEPS = [(launch, "tune"), (launch, "select_configs"), (launch, "warm_start"), (launch, "agree"),
          (launch, "compile_all"), (launch, "split_launch"), (launch.settings, "validate"),

@@ -25,7 +25,9 @@ from _common import save_results  # noqa: E402
 from _search import TRUTH, large_space  # noqa: E402
 
 import triton_dist_plugin as tdp  # noqa: E402
-from triton_dist_plugin import engine, search, search_optuna  # noqa: E402
+from triton_dist_plugin import engine  # noqa: E402
+from triton_dist_plugin.search import strategy as search  # noqa: E402
+from triton_dist_plugin.search import tpe as search_optuna  # noqa: E402
 
 
 def main() -> None:

@@ -102,7 +102,7 @@ def run(rows: int, dim: int, group=None, manifest: str | None = None) -> dict:
         entries.append(result)
         from pathlib import Path
 
-        from triton_dist_plugin.filestore import write_json_atomic
+        from triton_dist_plugin.store.filestore import write_json_atomic
 
         write_json_atomic(Path(manifest), entries)
     return result

@@ -98,7 +98,7 @@ def main(argv=None) -> int:
                             "failure": record.failures.get(c)} for c, t in record.timings.items()],
         })
     _write_json(args.out, report)
-    from triton_dist_plugin import cache, persist
+    from triton_dist_plugin.store import cache, persist
 
     print(f"picks are kept in each kernel's `cache` and on disk under {cache.kernel_base() / persist.DIRECTORY} "
           f"(a second run times nothing); records written to {os.path.abspath(args.out)}")

@@ -181,7 +181,7 @@ def scenario_kernel_persist(rank, world, group):
             spec.launch(kernel, x, y)
         picks.append(str(kernel.best_config))
         timed.append(len(rec.timed) - sum(timed))
-    from triton_dist_plugin import cache
+    from triton_dist_plugin.store import cache
 
     stored = sum(f.endswith(".json") for _, _, fs in os.walk(cache.kernel_base()) for f in fs)
     return {"picks": picks, "timed": timed, "stored": stored}
@@ -274,7 +274,7 @@ def scenario_compile_split(rank, world, group):
     """Ranks that share a compile cache split the candidates; a failure on one is every rank's.
     The compile is a recording function standing in for Triton's warmup (the interpreter
     compiles nothing), so what each rank compiled and loaded is visible."""
-    from triton_dist_plugin import precompile
+    from triton_dist_plugin.compiling import precompile
 
     calls = []
 
@@ -333,7 +333,8 @@ def scenario_stream(rank, world, group):
 
     from search_space import BEST, SPACE, Bowl, copy, forked_prepare
 
-    from triton_dist_plugin import engine, search
+    from triton_dist_plugin import engine
+    from triton_dist_plugin.search import strategy as search
 
     tdp.register(Bowl())
     marks = Path(tempfile.mkdtemp())
@@ -360,7 +361,7 @@ def scenario_search(rank, world, group):
     candidates in the same order and picks the same."""
     from search_space import LARGE, LARGE_BEST, copy
 
-    from triton_dist_plugin import search
+    from triton_dist_plugin.search import strategy as search
 
     class Skewed:
         def __init__(self):

@@ -5,7 +5,8 @@ import math
 import triton
 import triton.language as tl
 
-from triton_dist_plugin import hookimpl, search
+from triton_dist_plugin import hookimpl
+from triton_dist_plugin.search import strategy as search
 
 
 @triton.jit
@@ -52,8 +53,8 @@ def forked_prepare(marks):
     ``marks``, then sleep), largest first, and the parent hands each to the stream as it arrives."""
     import time
 
-    from triton_dist_plugin import forked_compile
-    from triton_dist_plugin.stream import SKIPPED
+    from triton_dist_plugin.compiling import forked_compile
+    from triton_dist_plugin.compiling.stream import SKIPPED
 
     def warm(BLOCK, UNROLL, num_warps):
         (marks / name(BLOCK, UNROLL, num_warps)).touch()

@@ -1,9 +1,23 @@
-"""The package's own imports form no cycle: each module depends only on what lies below it."""
+"""The package's own imports form no cycle, and each part (a top-level module or a subpackage)
+imports only parts of its own layer or of a lower one: the layers of ``docs/architecture.md``."""
 
 import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "triton_dist_plugin"
+
+#: Lowest first; every part of the package is in exactly one.
+LAYERS = [
+    ("facts", {"_compat", "settings", "requests", "_callsite"}),
+    ("hooks", {"hookspecs"}),
+    ("built-in plugins", {"timing", "distributed", "reporting", "tiling", "search"}),
+    ("bus and stores", {"bus", "store"}),
+    ("engine", {"engine", "compiling", "untuned"}),
+    ("isolation", {"isolation"}),
+    ("the patched Autotuner", {"patched"}),
+    ("front ends", {"tune", "autotuner", "cli"}),
+    ("switch", {"patch"}),
+]
 
 
 def _graph() -> dict:
@@ -19,9 +33,31 @@ def _graph() -> dict:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
                 for dep in [target] + [f"{target}.{alias.name}" for alias in node.names]:
-                    if dep in modules and dep != name:
+                    # A package above the importing module is imported first anyway: no edge.
+                    if dep in modules and dep != name and not name.startswith(dep + "."):
                         graph[name].add(dep)
     return graph
+
+
+def _part(module: str) -> str:
+    """``triton_dist_plugin.store.cache`` -> ``store``; the package itself -> ``""``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_every_part_of_the_package_is_in_one_layer():
+    parts = {_part(m) for m in _graph()} - {""}
+    placed = [p for _, members in LAYERS for p in members]
+    assert sorted(placed) == sorted(set(placed)) and set(placed) == parts, (
+        f"not in a layer: {sorted(parts - set(placed))}; in none of the package: {sorted(set(placed) - parts)}")
+
+
+def test_no_part_imports_a_layer_above_its_own():
+    layer = {p: i for i, (_, members) in enumerate(LAYERS) for p in members}
+    upward = sorted(f"{name} -> {dep} ({LAYERS[layer[_part(name)]][0]} imports {LAYERS[layer[_part(dep)]][0]})"
+                    for name, deps in _graph().items() if _part(name)
+                    for dep in deps if _part(dep) and layer[_part(dep)] > layer[_part(name)])
+    assert not upward, "upward imports: " + "; ".join(upward)
 
 
 def test_no_import_cycles_below_the_package():

@@ -12,7 +12,8 @@ import pytest
 import triton
 
 from kernels import KERNELS
-from triton_dist_plugin import _compat, direct
+from triton_dist_plugin import _compat
+from triton_dist_plugin.patched import direct
 
 pytestmark = pytest.mark.skipif(_compat.TRITON_VERSION not in direct.KNOWN_RELEASES,
                                 reason="no direct launch on this Triton release")
@@ -45,7 +46,7 @@ def test_interpreter_never_launches_directly(monkeypatch):
     out = KERNELS["add"].launch(tuned, x, y)
     out = KERNELS["add"].launch(tuned, x, y)
     assert (out == x + y).all()
-    from triton_dist_plugin import kernel_state
+    from triton_dist_plugin.patched import kernel_state
 
     hits = list(kernel_state.state_of(tuned).fast.values())
     assert hits and all(hit[2] is None for hit in hits)

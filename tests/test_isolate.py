@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from helpers import DEVICE
 
-from triton_dist_plugin import isolate
+from triton_dist_plugin.isolation import isolate
 
 
 @triton.jit
@@ -130,9 +130,9 @@ def test_a_large_job_never_waits_for_a_worker_that_is_not_reading(recorder, monk
 def test_with_every_kernel_isolated_the_worker_starts_at_activation(tmp_path):
     """``TRITON_DIST_AUTOTUNE_ISOLATE=1`` isolates every kernel: its worker starts with the plugin,
     importing torch alongside the program; by default (and in a multiprocessing child) none does."""
-    probe = "import triton_dist_plugin; from triton_dist_plugin import isolate; print(isolate._shared is not None)"
+    probe = "import triton_dist_plugin; from triton_dist_plugin.isolation import isolate; print(isolate._shared is not None)"
     child = ("import multiprocessing as mp, subprocess, sys\n"
-             "def run(q):\n    import triton_dist_plugin; from triton_dist_plugin import isolate\n"
+             "def run(q):\n    import triton_dist_plugin; from triton_dist_plugin.isolation import isolate\n"
              "    q.put(isolate._shared is not None)\n"
              "if __name__ == '__main__':\n    q = mp.get_context('spawn').Queue()\n"
              "    p = mp.get_context('spawn').Process(target=run, args=(q,)); p.start(); print(q.get(timeout=120))\n"
@@ -298,7 +298,7 @@ def kern(x, out, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(out + offs, helper(x, offs), mask=offs < n)
 """)
-    check = ("import kern\nfrom triton_dist_plugin import isolate_source, isolate_worker\n"
+    check = ("import kern\nfrom triton_dist_plugin.isolation import isolate_source, isolate_worker\n"
              "found, layers = isolate_source.locate(kern.kern)\n"
              "assert 'source' not in found and [type(h).__name__ for h in layers] == ['Heuristics']\n"  # imported
              "built = isolate_worker.rebuild(isolate_source.describe(kern.kern.fn))\n"
@@ -351,7 +351,7 @@ def test_the_worker_never_runs_code_from_the_working_directory(tmp_path, monkeyp
 
 
 def test_the_worker_path_leaves_out_the_working_directory_unless_pythonpath_names_it(tmp_path, monkeypatch):
-    from triton_dist_plugin.isolate_source import search_path
+    from triton_dist_plugin.isolation.isolate_source import search_path
 
     other = tmp_path / "lib"
     other.mkdir()
@@ -368,7 +368,7 @@ def test_the_worker_path_leaves_out_the_working_directory_unless_pythonpath_name
 
 _PARENT = """
 import os, sys, time, torch
-from triton_dist_plugin import isolate
+from triton_dist_plugin.isolation import isolate
 from spin import spin
 worker = isolate.worker()
 if sys.argv[1] == "running":  # a candidate that never finishes
@@ -450,18 +450,18 @@ def _children() -> list[str]:
 def test_one_worker_serves_every_tuning_and_none_is_left_behind():
     """The tests above tuned several kernels and replaced crashed and hung workers: one worker
     is running now, and it goes when stopped (or when this process exits: its socket closes)."""
-    assert len([c for c in _children() if "triton_dist_plugin.isolate" in c]) <= 1
+    assert len([c for c in _children() if "triton_dist_plugin.isolation.isolate" in c]) <= 1
     first = isolate.worker()
     assert isolate.worker() is first and first.proc.poll() is None
     first.stop()
-    assert not [c for c in _children() if "triton_dist_plugin.isolate" in c]
+    assert not [c for c in _children() if "triton_dist_plugin.isolation.isolate" in c]
     assert os.getpid()  # the test process itself survived everything above
 
 
 def test_arguments_reach_the_worker_as_raw_bytes_unchanged():
     """Each tensor travels as its raw bytes (no pickled copy) and is rebuilt with its dtype,
     shape and strides: every dtype, a transposed view, an empty tensor, and plain values."""
-    from triton_dist_plugin.isolate_worker import copy, restore
+    from triton_dist_plugin.isolation.isolate_worker import copy, restore
 
     values = [torch.randn(5, 3).half(), torch.randn(4, 2).bfloat16(), torch.rand(7) > 0.5,
               torch.arange(-3, 9, dtype=torch.int64), torch.randn(3, dtype=torch.complex64),

@@ -132,7 +132,7 @@ def test_every_skip_says_what_would_make_the_entry_apply(tmp_path, exported, kin
 
 
 def test_the_manifest_setting_warns_with_the_same_advice(tmp_path, exported, monkeypatch):
-    from triton_dist_plugin import manifest
+    from triton_dist_plugin.store import manifest
 
     monkeypatch.setenv("TRITON_INTERPRET", "0")  # the entries were tuned under the interpreter
     monkeypatch.setenv("TRITON_DIST_AUTOTUNE_DIR", str(tmp_path / "elsewhere"))

@@ -10,7 +10,7 @@ import triton
 from helpers import DEVICE, ROOT, Recorder, run_python
 
 from kernels import KERNELS
-from triton_dist_plugin import cache, persist
+from triton_dist_plugin.store import cache, persist
 
 ADD = KERNELS["add"]
 

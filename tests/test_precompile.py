@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from triton_dist_plugin import forked_compile, precompile
+from triton_dist_plugin.compiling import forked_compile, precompile
 
 
 def _warm_recording(directory):
@@ -158,7 +158,7 @@ PRESTART = """
 import sys, threading
 import triton, triton.language as tl
 import triton_dist_plugin
-from triton_dist_plugin import forked_compile
+from triton_dist_plugin.compiling import forked_compile
 
 activated = sorted(t.name for t in forked_compile._early)  # started at activation already
 

@@ -14,7 +14,7 @@ import triton
 from helpers import DEVICE, ROOT, run_python
 
 from kernels import KERNELS
-from triton_dist_plugin.pretune import cases, pretune
+from triton_dist_plugin.cli.pretune import cases, pretune
 
 ADD = KERNELS["add"]
 SCRIPT = Path(sys.executable).parent / "triton-dist-tune"
@@ -120,7 +120,7 @@ def test_the_command_imports_a_module_from_the_current_directory_as_python_m_doe
 
 
 def test_a_failing_case_names_the_case_and_the_users_line(tmp_path):
-    from triton_dist_plugin.pretune import PretuneError
+    from triton_dist_plugin.cli.pretune import PretuneError
 
     def step(n):
         return torch.empty(n)

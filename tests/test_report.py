@@ -19,7 +19,7 @@ import triton.language as tl
 from helpers import DEVICE, ROOT
 
 from kernels import KERNELS
-from triton_dist_plugin import persist
+from triton_dist_plugin.store import persist
 from triton_dist_plugin.tune import autotune
 
 SCRIPT = Path(sys.executable).parent / "triton-dist-tune"

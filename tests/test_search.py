@@ -18,7 +18,8 @@ from search_space import BEST, LARGE, LARGE_BEST, SPACE, bowl, copy
 from test_distributed import run_ranks
 
 import triton_dist_plugin as tdp
-from triton_dist_plugin import engine, hookimpl, search
+from triton_dist_plugin import engine, hookimpl
+from triton_dist_plugin.search import strategy as search
 from triton_dist_plugin.tune import autotune
 
 
@@ -171,7 +172,8 @@ def test_every_rank_of_a_group_follows_the_same_search(tmp_path):
 
 def test_a_warm_start_comes_only_from_a_near_key_with_the_same_dtypes():
     """Near: the same non-numeric parts, and numbers at most 16 times apart in all (``untuned.distance``)."""
-    from triton_dist_plugin import cache, launch
+    from triton_dist_plugin.patched import launch
+    from triton_dist_plugin.store import cache
 
     class State:
         name = "copy"
@@ -205,7 +207,7 @@ def test_a_searched_space_is_isolated_and_checked_step_by_step(timed, recorder, 
     """Each step readies only its own candidates: the crashing twin of the best fails in the
     isolation worker (which then serves the next steps), the wrong one fails the accuracy check
     against the first step's reference; neither is ever timed here."""
-    from triton_dist_plugin import isolate
+    from triton_dist_plugin.isolation import isolate
 
     # The faulty twins time fastest of all (FAULT shifted by one: the bowl is in doublings).
     timed.features = lambda c: {**search.features_of(c), "FAULT": c.kwargs["FAULT"] + 1}

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from triton_dist_plugin import cache, cli, filestore, untuned
+from triton_dist_plugin import untuned
+from triton_dist_plugin.cli import commands as cli
+from triton_dist_plugin.store import cache, filestore
 
 OTHER_UID = 12345
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand files to another uid")
@@ -242,7 +244,7 @@ def test_files_and_directories_get_the_umask_mode(tmp_path, umask, file_mode, di
 STALLED_WRITER = """
 import os, sys, time
 from pathlib import Path
-from triton_dist_plugin import filestore
+from triton_dist_plugin.store import filestore
 
 def stall(fd):  # the writer is killed after writing its temporary, before the rename
     print("written", flush=True)

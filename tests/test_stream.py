@@ -16,7 +16,9 @@ from search_space import BEST, SPACE, bowl, copy, forked_prepare, name
 from test_distributed import run_ranks
 
 import triton_dist_plugin as tdp
-from triton_dist_plugin import engine, forked_compile, precompile, search, stream
+from triton_dist_plugin import engine
+from triton_dist_plugin.compiling import forked_compile, precompile, stream
+from triton_dist_plugin.search import strategy as search
 
 
 def make_call_for(n=300):
@@ -125,7 +127,7 @@ def test_one_skipped_on_early_evidence_is_compiled_by_the_workers_once_evidence_
 def test_no_compile_is_given_up_where_the_kernels_own_hooks_or_timer_watch_each_candidate():
     # Upstream launches every candidate and hands its failure (OutOfResources at load on a GPU)
     # to the post_hook; a compile given up for being slow would never reach it.
-    from triton_dist_plugin import candidates
+    from triton_dist_plugin.patched import candidates
 
     @triton.jit
     def kernel(x, BLOCK: tl.constexpr):

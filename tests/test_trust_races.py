@@ -14,7 +14,7 @@ import threading
 import torch
 from helpers import run_python
 
-from triton_dist_plugin import cache
+from triton_dist_plugin.store import cache
 from triton_dist_plugin.tune import N_REPEAT, N_WARMUP, autotune
 
 THREADS = 8

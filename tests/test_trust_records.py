@@ -20,7 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import triton_dist_plugin as tdp
-from triton_dist_plugin import cache, cli, fingerprint, hookimpl, manifest, persist, records
+from triton_dist_plugin import hookimpl
+from triton_dist_plugin.cli import commands as cli
+from triton_dist_plugin.store import cache, fingerprint, manifest, persist, records
 
 
 @triton.jit
@@ -465,13 +467,13 @@ def test_random_function_level_records_never_raise_at_a_call(data, tmp_path_fact
 
 
 def test_the_interpreters_triton_fingerprint_ignores_bytecode_and_is_the_same_in_every_process():
-    from triton_dist_plugin.fingerprint import _installed_record
+    from triton_dist_plugin.store.fingerprint import _installed_record
 
     record = _installed_record()
     assert record is None or ".pyc," not in record
     code = ("import os; os.environ['TRITON_INTERPRET'] = '1'\nimport sys\n"
             "if sys.argv[1:] == ['more']:\n    import triton.testing, triton.tools.disasm  # noqa\n"
-            "from triton_dist_plugin import fingerprint\nprint(fingerprint.triton_hash())")
+            "from triton_dist_plugin.store import fingerprint\nprint(fingerprint.triton_hash())")
     hashes = {run_python(f"import sys; sys.argv = ['x', {arg!r}]\n{code}").stdout.strip() for arg in ("", "more")}
     assert len(hashes) == 1 and all(hashes), hashes
 
@@ -545,7 +547,7 @@ def test_a_fresh_temporary_of_a_writer_that_looks_gone_is_left_alone(tmp_path):
     import os
     import time
 
-    from triton_dist_plugin import filestore
+    from triton_dist_plugin.store import filestore
 
     folder = tmp_path / "d"
     filestore.write_json_atomic(folder / "a.json", {"x": 1}, root=tmp_path)

@@ -11,7 +11,8 @@ from helpers import DEVICE, run_python
 
 import triton_dist_plugin as tdp
 from kernels import KERNELS
-from triton_dist_plugin import cache, filestore, hookimpl
+from triton_dist_plugin import hookimpl
+from triton_dist_plugin.store import cache, filestore
 from triton_dist_plugin.tune import autotune
 
 SCALE = KERNELS["scale"]
@@ -240,7 +241,7 @@ def test_function_names_are_made_safe_as_directories():
 def test_source_digest_follows_the_launched_kernel(tmp_path):
     code = (
         "import triton, triton.language as tl\n"
-        "from triton_dist_plugin import cache\n"
+        "from triton_dist_plugin.store import cache\n"
         "@triton.jit\n"
         "def k(x, BLOCK: tl.constexpr):\n"
         "    tl.store(x + tl.arange(0, BLOCK), {value})\n"

@@ -1441,7 +1441,7 @@ def test_kernels_decorated_before_and_after_the_import_behave_alike(tmp_path):
 
 def test_an_empty_pruning_names_what_emptied_it():
     # Releases before 3.9 let a fractional top_k round down to zero; the error then says so.
-    from triton_dist_plugin import subclass
+    from triton_dist_plugin.patched import subclass
 
     fn, _ = jit(_scale)
     by_top_k = autotune(fn, blocks(32, 64), ["n"], None,

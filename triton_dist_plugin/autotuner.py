@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from . import _compat, candidates, distributed, engine, kernel_state, settings
+from . import _compat, distributed, engine, settings
+from .patched import candidates, kernel_state
 from .requests import TuningRecord, TuningRequest
 
 LOG_DIR = Path(".autotune_logs")

@@ -15,8 +15,10 @@ from typing import Any, Callable, Optional
 
 import pluggy
 
-from . import distributed, filestore, hookspecs, records, report, timing
+from . import distributed, hookspecs, timing
 from .hookspecs import PROJECT, hookimpl  # noqa: F401  (re-exported: triton_dist_plugin.hookimpl)
+from .reporting import report
+from .store import filestore, records
 from .tiling.generate import BuiltinGenerator
 
 _pm: Optional[pluggy.PluginManager] = None
@@ -40,7 +42,7 @@ def plugin_manager() -> pluggy.PluginManager:
                 pm.register(report.Reporter(), name="tdp.report")
                 pm.register(BuiltinGenerator(), name="tdp.generate")
                 pm.register(filestore.FileStore(), name=filestore.NAME)
-                from .search import BuiltinSearch  # it calls back into the bus
+                from .search.strategy import BuiltinSearch  # it calls back into the bus
 
                 pm.register(BuiltinSearch(), name="tdp.search")
                 _pm = pm

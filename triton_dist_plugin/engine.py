@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
 from . import _compat, bus, distributed
+from .compiling.stream import SKIPPED, Stream
 from .requests import INF3, CandidateRequest, TuningRecord, TuningRequest
-from .space import Space
-from .stream import SKIPPED, Stream
+from .search.space import Space
 
 
 class NoValidConfig(RuntimeError):

@@ -80,7 +80,7 @@ def tdp_search(request, candidates, evaluate, space, screen):
         before is not screened again. Under a group it is a collective: call it with the same
         subsets in the same order on every rank, deciding only from what it returned and from
         seeded randomness (``search.seed(request)``).
-    :param space: a :class:`~triton_dist_plugin.search.Space`: each candidate's parameters as
+    :param space: a :class:`~triton_dist_plugin.search.strategy.Space`: each candidate's parameters as
         grid coordinates (``names``, ``values``, ``coords``), ``neighbours(i)`` and
         ``closest(coord)``.
     :param screen: the screening rules (:class:`~triton_dist_plugin.engine.Screen`);

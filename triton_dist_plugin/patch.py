@@ -17,7 +17,10 @@ import warnings
 
 import wrapt
 
-from . import _compat, benchmarker, bus, forked_compile, isolate, kernel_state, launch, subclass
+from . import _compat, bus
+from .compiling import forked_compile
+from .isolation import isolate
+from .patched import benchmarker, kernel_state, launch, subclass
 
 _lock = threading.Lock()
 _installed: list[tuple[type, str, object, object]] = []  # (owner, attribute, original, ours)

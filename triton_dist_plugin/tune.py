@@ -29,8 +29,11 @@ import threading
 import warnings
 from typing import Any, Callable, Optional
 
-from . import _callsite, _compat, cache, distributed, engine, manifest, report, search, settings, untuned
+from . import _callsite, _compat, distributed, engine, settings, untuned
+from .reporting import report
 from .requests import TuningRequest
+from .search import strategy as search
+from .store import cache, manifest
 
 log = logging.getLogger("triton_dist_plugin.tune")
 

@@ -26,8 +26,9 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from . import _callsite, cache, engine, filestore, settings
+from . import _callsite, engine, settings
 from .requests import TuningRequest
+from .store import cache, filestore
 
 ENV = "TRITON_DIST_AUTOTUNE_ON_CAPTURE"
 FROZEN_ENV = "TRITON_DIST_AUTOTUNE_FROZEN"

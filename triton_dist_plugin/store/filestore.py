@@ -30,8 +30,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from . import settings
-from .hookspecs import hookimpl
+from .. import settings
+from ..hookspecs import hookimpl
 
 NAME = "tdp.store"
 SHARED_ENV = "TRITON_DIST_AUTOTUNE_SHARED"

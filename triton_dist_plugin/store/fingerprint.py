@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import _compat
+from .. import _compat
 
 
 @functools.lru_cache(maxsize=1)

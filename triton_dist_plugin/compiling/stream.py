@@ -28,7 +28,7 @@ import math
 import threading
 from typing import Any, Callable, Optional
 
-from .space import Space
+from ..search.space import Space
 
 HOPELESS = 1.3  # every screened neighbour at least this much slower than the best: not compiled
 EVIDENCE = 0.5  # ...and only once this share of the step has arrived

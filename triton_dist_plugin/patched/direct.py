@@ -19,7 +19,7 @@ from __future__ import annotations
 import operator
 from typing import Any, Optional
 
-from . import _compat, settings
+from .. import _compat, settings
 
 DIRECT_ENV = "TRITON_DIST_DIRECT_LAUNCH"
 #: Releases whose ``JITFunction.run`` launch sequence this module follows.

@@ -16,28 +16,19 @@ import threading
 import time
 from typing import Any
 
-from . import (
-    _compat,
-    cache,
-    distributed,
-    engine,
-    forked_compile,
-    isolate,
-    isolate_source,
-    kernel_state,
-    persist,
-    report,
-    search,
-    settings,
-    timing,
-    untuned,
-)
+from .. import _compat, distributed, engine, settings, timing, untuned
+from ..compiling import forked_compile
+from ..compiling.precompile import never_timed
+from ..isolation import isolate, isolate_source
+from ..reporting import report
+from ..requests import TuningRequest
+from ..search import strategy as search
+from ..store import cache, persist
+from . import kernel_state
 from .accuracy import accuracy_check_enabled, check_accuracy
 from .benchmarker import screen_for, user_do_bench
 from .candidates import agree, call_hooks, check_conflicts, compile_all, make_call_factory, select_configs, split_launch
 from .kernel_state import KernelState, state_of
-from .precompile import never_timed
-from .requests import TuningRequest
 
 _TUNE_LOCK = threading.RLock()
 

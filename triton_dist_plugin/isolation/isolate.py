@@ -45,7 +45,8 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any, Optional
 
-from . import isolate_source, settings, untuned
+from .. import settings, untuned
+from . import isolate_source
 from .isolate_source import Unisolated, locate
 from .isolate_worker import BOOTSTRAP
 from .isolate_worker import copy as _copy
@@ -143,7 +144,7 @@ class Worker:
         # Linux sends the parent-death signal when the *thread* that started the worker ends: only
         # the main thread lasts as long as the process (from others, the watch alone serves).
         pdeathsig = threading.current_thread() is threading.main_thread()
-        package = os.path.dirname(os.path.abspath(__file__))
+        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package, above isolation/
         argv = [str(theirs.fileno()), str(os.getpid()), "1" if pdeathsig else "0", package,
                 *isolate_source.search_path()[0]]
         self.proc = subprocess.Popen([sys.executable, "-I", "-c", BOOTSTRAP, *argv], pass_fds=[theirs.fileno()],

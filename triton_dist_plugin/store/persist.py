@@ -28,8 +28,10 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from . import _compat, bus, cache, filestore, fingerprint, manifest, records, search, settings
-from .requests import CacheEntry
+from .. import _compat, bus, settings
+from ..requests import CacheEntry
+from ..search import strategy as search
+from . import cache, filestore, fingerprint, manifest, records
 
 ENV = "TRITON_DIST_AUTOTUNE_PERSIST"
 FORMAT = cache.FORMAT  # the same record layout as function-level entries

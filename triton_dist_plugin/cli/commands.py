@@ -37,7 +37,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from . import cache, filestore, fingerprint, manifest, persist, records, settings, untuned
+from .. import settings, untuned
+from ..store import cache, filestore, fingerprint, manifest, persist, records
 
 
 @dataclass
@@ -432,7 +433,7 @@ def _main(argv: Optional[list[str]]) -> int:
         if not entries:
             print(f"{PROG} export: nothing tuned yet ({_looked_in()}); the manifest is empty", file=sys.stderr)
     elif args.command == "report":
-        from . import html_report
+        from ..reporting import html_report
 
         if not _write(args.output, html_report.render(entries), "report"):
             return 1

@@ -24,7 +24,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional
 
-from . import _compat, distributed, forked_compile, settings
+from .. import _compat, distributed, settings
+from . import forked_compile
 from .forked_compile import GAVE_UP, size, warm_one, workers
 from .stream import SKIPPED
 

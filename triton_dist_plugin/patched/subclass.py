@@ -14,13 +14,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from . import _compat, bus, distributed, engine, kernel_state, settings, timing, untuned
+from .. import _compat, bus, distributed, engine, settings, timing, untuned
+from ..requests import INF3, TuningRequest
 from . import batch as _batch
+from . import kernel_state
 from .accuracy import accuracy_check_enabled, check_accuracy
 from .benchmarker import screen_for, user_do_bench
 from .candidates import agree, check_conflicts, compile_all, make_call_factory, record_failure, split_launch
 from .kernel_state import KernelState, state_of
-from .requests import INF3, TuningRequest
 
 
 def prune_wrapper(wrapped, instance, args, kwargs):

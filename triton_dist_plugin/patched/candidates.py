@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional
 
-from . import bus, distributed
-from . import precompile as _precompile
+from .. import bus, distributed
+from ..compiling import precompile as _precompile
+from ..requests import TuningRequest
 from .kernel_state import KernelState
-from .requests import TuningRequest
 
 
 def split_launch(state: KernelState, args: tuple, kwargs: dict) -> tuple[dict, dict, dict, dict]:
@@ -40,7 +40,7 @@ def check_conflicts(name: str, meta: dict, configs: list) -> None:
 
 def select_configs(instance: Any, state: KernelState, request: TuningRequest, kwargs: dict) -> list:
     """Explicit configs (crossed with hints once) through Triton's pruning, or generated ones."""
-    from .tiling import hints as _hints
+    from ..tiling import hints as _hints
 
     if not state.crossed:
         state.hints = _hints.validate(state.hints, state.arg_names, state.name)

@@ -23,7 +23,7 @@ import random
 import zlib
 from typing import Any, Callable
 
-from . import settings
+from .. import settings
 from .space import Space
 
 SEARCH_ENV = "TRITON_DIST_AUTOTUNE_SEARCH"

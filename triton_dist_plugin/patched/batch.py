@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from . import settings
+from .. import settings
 
 _local = threading.local()
 

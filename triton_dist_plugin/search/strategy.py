@@ -15,7 +15,8 @@ tuned key), and ``optuna`` (``search_optuna.py``: optuna's TPE sampler proposes 
 
 from __future__ import annotations
 
-from . import settings
+from .. import settings
+from ..hookspecs import hookimpl
 from .halving import (
     BUDGET_ENV,
     SEARCH_ENV,
@@ -28,7 +29,6 @@ from .halving import (
     seed,
     whole_limit,
 )
-from .hookspecs import hookimpl
 from .space import Space, features_of
 
 __all__ = ["BUDGET_ENV", "SEARCH_ENV", "WARM_DISTANCE", "WARM_ENV", "WHOLE_ENV", "BuiltinSearch", "Space", "budget",
@@ -41,7 +41,7 @@ class BuiltinSearch:
     @hookimpl(trylast=True)
     def tdp_search(self, request, candidates, evaluate, space, screen):
         if settings.value(SEARCH_ENV) == "optuna":
-            from . import search_optuna
+            from . import tpe as search_optuna
 
             return search_optuna.tpe(request, candidates, evaluate, space, screen)
         return halving(request, candidates, evaluate, space, screen)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from . import engine, settings
+from .. import engine, settings
 
 ACCURACY_ENV = "TRITON_DIST_AUTOTUNE_CHECK_ACCURACY"
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from . import _compat, bus, engine, kernel_state, settings, timing
+from .. import _compat, bus, engine, settings, timing
+from . import kernel_state
 from .kernel_state import state_of
 
 SEARCH_ENV = "TRITON_DIST_AUTOTUNE_SEARCH"  # "halving" (default) or "exhaustive"

@@ -23,7 +23,7 @@ import textwrap
 import types
 from typing import Any, Optional
 
-from . import _compat
+from .. import _compat
 
 MAIN = ("__main__", "__mp_main__")
 _PLAIN = (int, float, bool, str, type(None))

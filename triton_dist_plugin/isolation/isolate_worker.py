@@ -31,7 +31,7 @@ spec = importlib.util.spec_from_file_location("triton_dist_plugin", os.path.join
                                               submodule_search_locations=[package])
 sys.modules[spec.name] = module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-from triton_dist_plugin.isolate_worker import serve
+from triton_dist_plugin.isolation.isolate_worker import serve
 serve(int(fd), int(parent))
 """
 

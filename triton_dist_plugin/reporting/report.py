@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import sys
 
-from . import _compat
-from .hookspecs import hookimpl
+from .. import _compat
+from ..hookspecs import hookimpl
 
 
 def format_record(record) -> str:

@@ -13,7 +13,8 @@ import threading
 import weakref
 from typing import Any
 
-from . import _compat, direct
+from .. import _compat
+from . import direct
 
 #: True while the plugin is installed (``patch.activate`` sets it, ``deactivate`` clears it).
 active = False
@@ -120,7 +121,7 @@ _NO_DTYPE = object()
 
 def _has_open_tiles(tuner: Any) -> bool:
     try:
-        from .tiling.analysis import analyse
+        from ..tiling.analysis import analyse
 
         an = analyse(tuner.fn)
     except Exception:

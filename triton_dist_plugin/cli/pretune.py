@@ -3,7 +3,7 @@ persisted) before the program that needs them starts.
 
 .. code-block:: python
 
-    from triton_dist_plugin.pretune import cases, pretune
+    from triton_dist_plugin.cli.pretune import cases, pretune
 
     def step(M, N, K):  # builds inputs and launches the @triton.autotune kernels to tune
         a = torch.randn(M, K, device="cuda", dtype=torch.float16)
@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from . import bus, distributed, report
-from .hookspecs import hookimpl
+from .. import bus, distributed
+from ..hookspecs import hookimpl
+from ..reporting import report
 
 
 @dataclass

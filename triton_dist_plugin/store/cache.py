@@ -22,8 +22,9 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from . import _callsite, bus, filestore, fingerprint, records, settings
-from .requests import CacheEntry
+from .. import _callsite, bus, settings
+from ..requests import CacheEntry
+from . import filestore, fingerprint, records
 
 ROOT_ENV = "TRITON_DIST_AUTOTUNE_DIR"
 ALWAYS_TUNE_ENV = "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE"
@@ -153,7 +154,7 @@ def _kernels_used(fn: Callable) -> list[Any]:
 
 def source_digest(fn: Callable) -> str:
     """Changes when the function's source, or the source of a Triton kernel it launches, changes."""
-    from . import _compat
+    from .. import _compat
 
     h = hashlib.sha256(_source_of(fn).encode())
     for kernel in _kernels_used(fn):

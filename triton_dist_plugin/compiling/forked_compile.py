@@ -18,7 +18,7 @@ import warnings
 from collections import defaultdict
 from typing import Any, Callable, Optional
 
-from . import _compat, engine, settings, untuned
+from .. import _compat, engine, settings, untuned
 from .stream import SKIPPED
 
 COMPILE_PROCESSES_ENV = "TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES"  # forked workers (default: CPUs; 0: off)

@@ -21,7 +21,8 @@ import warnings
 from pathlib import Path, PurePosixPath
 from typing import Any, Optional
 
-from . import cache, filestore, fingerprint, records, settings
+from .. import settings
+from . import cache, filestore, fingerprint, records
 
 ENV = "TRITON_DIST_AUTOTUNE_MANIFEST"
 KERNELS = "kernels"

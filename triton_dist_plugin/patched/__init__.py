@@ -1,0 +1,5 @@
+"""The patched ``Autotuner``: what a launch does once the plugin is active. ``launch`` is the
+cache-hit path and tuning on a miss, over per-tuner state (``kernel_state``); ``candidates`` turns a
+launch's configs into timed calls with upstream's hooks; ``benchmarker`` decides which timer times
+them and whether screening stands in; ``accuracy`` checks candidates' results; ``direct`` is the
+cache-hit launcher; ``subclass`` and ``batch`` serve tuners with their own ``run``."""
