@@ -130,7 +130,8 @@ def test_a_large_job_never_waits_for_a_worker_that_is_not_reading(recorder, monk
 def test_with_every_kernel_isolated_the_worker_starts_at_activation(tmp_path):
     """``TRITON_DIST_AUTOTUNE_ISOLATE=1`` isolates every kernel: its worker starts with the plugin,
     importing torch alongside the program; by default (and in a multiprocessing child) none does."""
-    probe = "import triton_dist_plugin; from triton_dist_plugin.isolation import isolate; print(isolate._shared is not None)"
+    probe = ("import triton_dist_plugin; from triton_dist_plugin.isolation import isolate; "
+             "print(isolate._shared is not None)")
     child = ("import multiprocessing as mp, subprocess, sys\n"
              "def run(q):\n    import triton_dist_plugin; from triton_dist_plugin.isolation import isolate\n"
              "    q.put(isolate._shared is not None)\n"
