@@ -86,15 +86,25 @@ def main(argv=None) -> int:
         how = ("the pick stored on disk by an earlier run; timings from that run" if record.cache_hit else
                f"{record.method} timing, {record.bench_time:.2f}s")
         print(f"{name}  key={record.key}  ({how}, output {verdict})")
-        for config, timing in sorted(record.timings.items(), key=lambda kv: kv[1][0]):
-            pick = "<- pick" if config is record.best_config else ""
-            shown = f"{timing[0]:10.4f} ms" if math.isfinite(timing[0]) else f"failed: {record.failures.get(config)}"
-            print(f"   {_short(config):<52} {shown} {pick}")
+        # A screened-out candidate's short round is not comparable with a full measurement: each
+        # group is listed on its own (no record of which were measured: none was screened).
+        full = set(map(id, record.measured)) if record.measured else set(map(id, record.timings))
+        for title, group in (("measured fully", True), ("screened out (a short round each)", False)):
+            rows = sorted(((c, t) for c, t in record.timings.items() if (id(c) in full) is group),
+                          key=lambda kv: kv[1][0])
+            if rows and not group:
+                print(f"   {title}:")
+            for config, timing in rows:
+                pick = "<- pick" if config is record.best_config else ""
+                shown = f"{timing[0]:10.4f} ms" if math.isfinite(timing[0]) else \
+                    f"failed: {record.failures.get(config)}"
+                print(f"   {_short(config):<52} {shown} {pick}")
         print()
         report.append({
             "kernel": name, "key": [str(k) for k in record.key], "method": record.method, "device": record.device,
             "correct": bool(ok), "bench_time_s": record.bench_time, "pick": _short(record.best_config),
             "candidates": [{"config": _short(c), "ms": t[0] if math.isfinite(t[0]) else None,
+                            "round": "full" if id(c) in full else "screening",
                             "failure": record.failures.get(c)} for c, t in record.timings.items()],
         })
     _write_json(args.out, report)
