@@ -325,6 +325,33 @@ def scenario_leader(rank, world, group):
     return out
 
 
+def scenario_node(rank, world, group):
+    """Every rank of a node tunes real kernels with its own wall-clock timings (ranks of one host
+    contend, so each sees other times): alone, then with the MAX reduction, then with the leader
+    strategy. Only ``together`` and ``leader`` must agree; ``alone`` shows what upstream would do."""
+    from kernels import KERNELS
+
+    os.environ["TRITON_DIST_AUTOTUNE_PERSIST"] = "0"  # each way tunes afresh, none reads another's pick
+    counter = _Timed()
+    tdp.register(counter)
+    out = {}
+    for name in ("add", "scale"):
+        spec = KERNELS[name]
+        inputs = spec.make_inputs("tiny", "cpu")
+        for label, how in (("alone", None), ("together", "max"), ("leader", "leader")):
+            kernel = triton.autotune(configs=spec.configs("cpu"), key=spec.key)(spec.jit)
+            counter.count = 0
+            if how is None:
+                result = spec.launch(kernel, *inputs)
+            else:
+                with tdp.tuning_group(group, strategy=how):
+                    result = spec.launch(kernel, *inputs)
+            torch.testing.assert_close(result, spec.reference(*inputs))
+            out[f"{name}_{label}"] = str(kernel.best_config)
+            out[f"{name}_{label}_timed"] = counter.count
+    return out
+
+
 def scenario_stream(rank, world, group):
     """Candidates screened as they compile under a group: none is left uncompiled (ranks would
     differ in which), and every rank screens them all and picks the same."""

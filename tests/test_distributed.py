@@ -84,11 +84,26 @@ def test_a_rank_that_never_arrives_times_out_instead_of_hanging(tmp_path):
     assert "no agreement across ranks within 3s" in results[0]["error"]
 
 
-def test_a_rank_that_exits_is_reported_as_gone_not_as_a_timeout(tmp_path):
-    results = run_ranks("dead_rank", 2, tmp_path, timeout_s="30")
-    error = results[0]["error"]
-    assert "another rank exited, crashed or closed its connection" in error, error
-    assert "no agreement" not in error and results[0]["seconds"] < 20
+@pytest.mark.parametrize("world", [2, 8])
+def test_a_rank_that_exits_is_reported_as_gone_not_as_a_timeout(world, tmp_path):
+    results = run_ranks("dead_rank", world, tmp_path, timeout_s="30", wall=240)
+    for r in results:
+        if r["rank"] == 1:
+            continue  # the one that left
+        error = r["error"]
+        assert "another rank exited, crashed or closed its connection" in error, (r["rank"], error)
+        assert "no agreement" not in error and r["seconds"] < 20
+
+
+def test_eight_ranks_of_a_node_take_one_pick_per_kernel_with_max_and_with_the_leader(tmp_path):
+    """Eight gloo ranks on one host, each timing real kernels with its own clock."""
+    ranks = run_ranks("node", 8, tmp_path, timeout_s="120", wall=600)
+    for name in ("add", "scale"):
+        for label in ("together", "leader"):
+            picks = [r[f"{name}_{label}"] for r in ranks]
+            assert len(set(picks)) == 1, (name, label, picks)
+        assert all(r[f"{name}_together_timed"] > 0 for r in ranks)  # every rank timed, the MAX decided
+        assert ranks[0][f"{name}_leader_timed"] > 0 and all(r[f"{name}_leader_timed"] == 0 for r in ranks[1:])
 
 
 def test_plain_kernel_tuned_over_a_group_ends_with_one_config(tmp_path):
