@@ -28,14 +28,15 @@ from triton_dist_plugin.compiling import (
     forked_compile,  # noqa: E402
     precompile,  # noqa: E402
 )
-from triton_dist_plugin.patched import launch  # noqa: E402
+from triton_dist_plugin.patched import launch, tuning  # noqa: E402
 from triton_dist_plugin.store import persist  # noqa: E402
 
-STEPS = [(launch, "tune"), (launch, "select_configs"), (launch, "warm_start"), (launch, "agree"),
-         (launch, "compile_all"), (launch, "split_launch"), (launch.settings, "validate"),
+# A step is wrapped where it is looked up: split_launch in both modules (tune's call and isolation's).
+STEPS = [(launch, "tune"), (launch, "select_configs"), (tuning, "warm_start"), (tuning, "agree"),
+         (tuning, "compile_all"), (launch, "split_launch"), (tuning, "split_launch"), (launch.settings, "validate"),
          (launch._compat, "active_device"),
          (precompile, "warm_all"), (forked_compile, "caches_ready"), (forked_compile, "_in_processes"),
-         (engine, "_round"), (engine, "run_candidates"), (launch, "_persist"), (persist.KernelStore, "read"),
+         (engine, "_round"), (engine, "run_candidates"), (tuning, "_persist"), (persist.KernelStore, "read"),
          (timing, "resolve_method"), (engine, "record"), (precompile, "warm_one")]
 events: list = []
 origin = [0.0]

@@ -10,7 +10,7 @@ import triton
 from helpers import DEVICE, ROOT, Recorder, run_python
 
 from kernels import KERNELS
-from triton_dist_plugin.store import cache, persist
+from triton_dist_plugin.store import cache, describe, persist
 
 ADD = KERNELS["add"]
 
@@ -119,6 +119,6 @@ def test_processes_sharing_one_cache_directory_leave_one_valid_entry(tmp_path):
         assert proc.returncode == 0, err[-2000:]
     (path,) = entries(tmp_path / "tdp-cache")
     # Whole, valid JSON from one of the writers (each tuned on its own; the last replace wins).
-    assert json.loads(path.read_text())["pick_config"] in {cache.describe(c) for c in ADD.configs("cpu")}
+    assert json.loads(path.read_text())["pick_config"] in {describe.describe(c) for c in ADD.configs("cpu")}
     assert not [f for f in path.parent.iterdir() if f.suffix == ".tmp"]  # no half-written file left
     assert child()["timed"] == 0  # a fifth process finds the entry

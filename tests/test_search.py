@@ -172,18 +172,18 @@ def test_every_rank_of_a_group_follows_the_same_search(tmp_path):
 
 def test_a_warm_start_comes_only_from_a_near_key_with_the_same_dtypes():
     """Near: the same non-numeric parts, and numbers at most 16 times apart in all (``untuned.distance``)."""
-    from triton_dist_plugin.patched import launch
-    from triton_dist_plugin.store import cache
+    from triton_dist_plugin.patched import tuning
+    from triton_dist_plugin.store import describe
 
     class State:
         name = "copy"
-        rankings = {(300, "torch.float32"): ([cache.describe(SPACE[3]), cache.describe(SPACE[0])],
-                                             [cache.describe(c) for c in SPACE[:-1]])}
+        rankings = {(300, "torch.float32"): ([describe.describe(SPACE[3]), describe.describe(SPACE[0])],
+                                             [describe.describe(c) for c in SPACE[:-1]])}
 
-    prior, near, unseen = launch.warm_start(State, None, (1000, "torch.float32"), SPACE, None)
+    prior, near, unseen = tuning.warm_start(State, None, (1000, "torch.float32"), SPACE, None)
     assert near == (300, "torch.float32") and prior[:2] == [SPACE[3], SPACE[0]] and unseen == [SPACE[-1]]
-    assert launch.warm_start(State, None, (300 * 17, "torch.float32"), SPACE, None) == (None, None, [])
-    assert launch.warm_start(State, None, (1000, "torch.float16"), SPACE, None) == (None, None, [])
+    assert tuning.warm_start(State, None, (300 * 17, "torch.float32"), SPACE, None) == (None, None, [])
+    assert tuning.warm_start(State, None, (1000, "torch.float16"), SPACE, None) == (None, None, [])
 
 
 @triton.jit

@@ -14,7 +14,7 @@ import threading
 import torch
 from helpers import run_python
 
-from triton_dist_plugin.store import cache
+from triton_dist_plugin.store import cache, describe
 from triton_dist_plugin.tune import N_REPEAT, N_WARMUP, autotune
 
 THREADS = 8
@@ -185,16 +185,16 @@ def test_describe_is_stable_and_tells_callables_apart():
 
     values = [lambda x: x * 2, lambda x: x * 3, nested, (lambda k: lambda x: x * k)(2),
               (lambda k: lambda x: x * k)(3), torch.relu, torch.tanh]
-    texts = [cache.describe(v) for v in values]
+    texts = [describe.describe(v) for v in values]
     assert len(set(texts)) == len(texts) and not [t for t in texts if " at 0x" in t]
     assert texts[5] == "torch._VariableFunctionsClass.relu"
-    assert cache.describe(torch.float16) == "torch.float16" and cache.describe(torch.device("cpu")) == "cpu"
+    assert describe.describe(torch.float16) == "torch.float16" and describe.describe(torch.device("cpu")) == "cpu"
     # Plain values keep the text stored entries were written with.
-    assert cache.describe({"BLOCK": 128, "name": "a", "sizes": [1, (2, 3.5)], "none": None}) == \
+    assert describe.describe({"BLOCK": 128, "name": "a", "sizes": [1, (2, 3.5)], "none": None}) == \
         "{'BLOCK': 128, 'name': 'a', 'sizes': [1, (2, 3.5)], 'none': None}"
 
     class Loop:
         def __init__(self):
             self.me = self
 
-    assert cache.describe(Loop()).startswith(f"{__name__}.{Loop.__qualname__}#")  # a cycle ends
+    assert describe.describe(Loop()).startswith(f"{__name__}.{Loop.__qualname__}#")  # a cycle ends

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import triton_dist_plugin as tdp
 from triton_dist_plugin import hookimpl
 from triton_dist_plugin.cli import commands as cli
-from triton_dist_plugin.store import cache, fingerprint, manifest, persist, records
+from triton_dist_plugin.store import describe, fingerprint, manifest, persist, records
 
 
 @triton.jit
@@ -303,7 +303,7 @@ def _manifest_item(record: dict, relpath: str) -> dict:
 def test_importing_a_random_manifest_never_raises_nor_plants_a_bad_entry(data, tuned_record, tmp_path_factory):
     import os
 
-    relpath = f"kernels/copy_or_nan/{cache.entry_digest(tuned_record['source'], tuned_record['hardware'], tuned_record['key'], tuned_record['context'])}.json"  # noqa: E501
+    relpath = f"kernels/copy_or_nan/{describe.entry_digest(tuned_record['source'], tuned_record['hardware'], tuned_record['key'], tuned_record['context'])}.json"  # noqa: E501
     item = _manifest_item(tuned_record, relpath)
     bad = data.draw(mutated(item))
     odd = data.draw(st.sampled_from([relpath, "../x.json", "/etc/x.json", "kernels/../../x.json", "a/b/c/d.json",
@@ -386,7 +386,7 @@ def test_threads_racing_a_manifest_import_wait_for_its_records(tmp_path):
     padding = []  # other functions' entries, imported first
     for n in range(400):
         record = {**item["record"], "function": f"pad{n}"}
-        digest = cache.entry_digest(record["source"], record["hardware"], record["key"])
+        digest = describe.entry_digest(record["source"], record["hardware"], record["key"])
         padding.append({**item, "relpath": f"pad{n}/{digest}.json", "record": record})
     (tmp_path / "m.json").write_text(json.dumps(padding + [item]))
     env = {**env, "TRITON_DIST_AUTOTUNE_DIR": str(tmp_path / "fresh"), "TRITON_DIST_AUTOTUNE_FROZEN": "strict",
@@ -485,10 +485,10 @@ def test_a_config_whose_pre_hook_is_a_partial_is_described_without_an_address():
         return None
 
     config = triton.Config({"BLOCK": 64}, pre_hook=functools.partial(hook, 1))
-    text = cache.describe(config)
+    text = describe.describe(config)
     assert " at 0x" not in text and "functools.partial" in text, text
     other = triton.Config({"BLOCK": 64}, pre_hook=lambda args: None)
-    assert cache.describe(other) != cache.describe(triton.Config({"BLOCK": 64}, pre_hook=lambda args: 1))
+    assert describe.describe(other) != describe.describe(triton.Config({"BLOCK": 64}, pre_hook=lambda args: 1))
 
 
 def test_a_function_level_entry_of_the_previous_layout_is_still_a_hit(tmp_path):
@@ -547,12 +547,12 @@ def test_a_fresh_temporary_of_a_writer_that_looks_gone_is_left_alone(tmp_path):
     import os
     import time
 
-    from triton_dist_plugin.store import filestore
+    from triton_dist_plugin.store import filestore, safe_files
 
     folder = tmp_path / "d"
     filestore.write_json_atomic(folder / "a.json", {"x": 1}, root=tmp_path)
-    fresh = folder / f".b.json.{filestore._HOST}-999999999.{'0' * 16}.tmp"
-    old = folder / f".c.json.{filestore._HOST}-999999998.{'1' * 16}.tmp"
+    fresh = folder / f".b.json.{safe_files._HOST}-999999999.{'0' * 16}.tmp"
+    old = folder / f".c.json.{safe_files._HOST}-999999998.{'1' * 16}.tmp"
     fresh.write_text("{}")
     old.write_text("{}")
     os.utime(old, (time.time() - 120, time.time() - 120))

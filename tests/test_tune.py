@@ -12,7 +12,7 @@ from helpers import DEVICE, run_python
 import triton_dist_plugin as tdp
 from kernels import KERNELS
 from triton_dist_plugin import hookimpl
-from triton_dist_plugin.store import cache, filestore
+from triton_dist_plugin.store import cache, describe, filestore
 from triton_dist_plugin.tune import autotune
 
 SCALE = KERNELS["scale"]
@@ -77,8 +77,8 @@ def test_seed_example_tunes_once_returns_the_result_and_caches_on_disk(tunings, 
     assert scale.best_configs[key]["cfg"].kwargs["BLOCK"] in (128, 256)
     assert len(tunings.records) == 1 and len(tunings.records[0].timings) == 4
     # Records name the configurations, not their positions in config_space.
-    assert tunings.records[0].best_config in {cache.describe(c) for c in configs()}
-    assert set(tunings.records[0].timings) == {cache.describe(c) for c in configs()}
+    assert tunings.records[0].best_config in {describe.describe(c) for c in configs()}
+    assert set(tunings.records[0].timings) == {describe.describe(c) for c in configs()}
     out = capsys.readouterr().out
     assert "tuning key" in out and out.count("candidate ") >= 4 and "picked candidate" in out
     scale(x, 2.5)
@@ -241,13 +241,13 @@ def test_function_names_are_made_safe_as_directories():
 def test_source_digest_follows_the_launched_kernel(tmp_path):
     code = (
         "import triton, triton.language as tl\n"
-        "from triton_dist_plugin.store import cache\n"
+        "from triton_dist_plugin.store import describe\n"
         "@triton.jit\n"
         "def k(x, BLOCK: tl.constexpr):\n"
         "    tl.store(x + tl.arange(0, BLOCK), {value})\n"
         "def host(x):\n"
         "    k[(1,)](x, BLOCK=16)\n"
-        "print(cache.source_digest(host))\n"
+        "print(describe.source_digest(host))\n"
     )
     digests = []
     for value in ("1.0", "2.0"):

@@ -37,7 +37,7 @@ from . import (  # noqa: E402
 )
 from .bus import PluginError, hookimpl, plugin_manager, register, unregister  # noqa: E402
 from .distributed import RankMismatch, set_tuning_group, tuning_group  # noqa: E402
-from .engine import NoValidConfig  # noqa: E402
+from .failures import NoValidConfig  # noqa: E402
 from .patch import activate, deactivate, is_active  # noqa: E402
 from .requests import CandidateRequest, TuningRecord, TuningRequest  # noqa: E402
 from .settings import SettingError  # noqa: E402

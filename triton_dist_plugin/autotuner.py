@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from . import _compat, distributed, engine, settings
+from . import _compat, bus, distributed, failures, settings
 from .patched import candidates, kernel_state
 from .requests import TuningRecord, TuningRequest
 
@@ -96,7 +96,7 @@ class Session:
             try:
                 return self._run(entry, index, args, kwargs, timed=self.timed and self.target == (entry, index))
             except Exception as exc:
-                entry.invalid[index] = engine.describe(exc)
+                entry.invalid[index] = failures.describe(exc)
                 self.log(f"{entry.label} candidate {index} ({entry.configs[index]}) failed: {entry.invalid[index]}")
                 index = entry.fallback()
 
@@ -242,7 +242,7 @@ class ContextualAutoTuner:
             tuner.bench_time = entry.bench_time
             if getattr(tuner, "cache_results", False) and hasattr(tuner, "check_disk_cache"):
                 tuner.check_disk_cache(entry.key, entry.configs, lambda: None)
-            engine.bus.notify(TuningRecord(
+            bus.notify(TuningRecord(
                 kernel_name=entry.state.name, key=entry.key, best_config=best, timings=dict(tuner.configs_timings),
                 failures={entry.configs[i]: r for i, r in entry.invalid.items()}, bench_time=tuner.bench_time,
                 cache_hit=False, method="contextual", device=session.device, autotuner=tuner))

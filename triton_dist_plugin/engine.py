@@ -3,30 +3,22 @@
 Front ends (the patched ``Autotuner``, the function-level ``autotune``, the contextual tuner)
 turn their own candidates into ``make_call(config)`` closures; the engine times them through
 ``tdp_time_candidate`` (or the kernel's own ``do_bench``), records why any failed, reduces the
-timings through ``tdp_reduce_timings`` and picks the fastest valid one.
+timings through ``tdp_reduce_timings`` and picks the fastest valid one. What a failure is and
+what upstream would have raised for it live in ``failures``.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
-from . import _compat, bus, distributed
+from . import bus, distributed
 from .compiling.stream import SKIPPED, Stream
+from .failures import NoValidConfig, Timing, describe, let_through
 from .requests import INF3, CandidateRequest, TuningRecord, TuningRequest
 from .search.space import Space
-
-
-class NoValidConfig(RuntimeError):
-    """Every candidate failed; the message lists each one's reason."""
-
-    def __init__(self, name: str, key: Any, failures: dict):
-        self.failures = failures
-        lines = "\n".join(f"  {config}: {reason}" for config, reason in failures.items())
-        super().__init__(f"every candidate of {name} failed for key {key}; no config can be picked:\n{lines}")
 
 
 @dataclass
@@ -37,66 +29,6 @@ class Outcome:
     bench_time: float
     #: the candidates measured fully (the others' timings are from a screening round)
     measured: list = field(default_factory=list)
-
-
-_POSITION = re.compile(r"at \d+:\d+:")
-
-
-class Reason(str):
-    """A failed candidate's one-line reason; ``exc`` is the exception behind it, if any."""
-
-    exc: Optional[BaseException] = None
-
-
-def describe(exc: BaseException) -> Reason:
-    """A one-line reason for a failed candidate: the exception type and its first line.
-
-    Triton's compile errors start with the failing line's position and source; their message
-    (``static_assert``'s text, say) comes last, so it joins the position.
-    """
-    text = [line for line in str(exc).strip().splitlines() if line.strip()]
-    first = text[0] if text else ""
-    if _POSITION.fullmatch(first) and len(text) > 1:
-        message = getattr(exc, "error_message", None) or next(
-            line.strip() for line in reversed(text) if line.strip() != "^")  # else the failing line itself
-        first = f"{first} {str(message).strip().splitlines()[0]}"
-    reason = Reason(f"{type(exc).__name__}: {first[:300]}" if first else type(exc).__name__)
-    reason.exc = exc
-    return reason
-
-
-def let_through(failures: dict) -> Optional[BaseException]:
-    """The first failure upstream's ``_bench`` would not have caught, or None.
-
-    Upstream times ``OutOfResources``-like failures as infinity and lets every other exception
-    out of tuning. Here one broken candidate never stops tuning; but when no candidate works and
-    one failed that way, that original exception is what the caller gets, as upstream.
-    """
-    for reason in failures.values():
-        exc = getattr(reason, "exc", None)
-        if exc is not None and not isinstance(exc, _compat.UPSTREAM_FAILED_CONFIG):
-            return exc
-    return None
-
-
-def all_upstream_failures(failures: dict) -> bool:
-    """Every candidate failed in a way upstream times as infinity (``OutOfResources`` and the like):
-    upstream would then keep the first candidate and fail at its launch."""
-    return bool(failures) and all(isinstance(getattr(r, "exc", None), _compat.UPSTREAM_FAILED_CONFIG)
-                                  for r in failures.values())
-
-
-class Timing(list):
-    """``[p50, p20, p80]`` from a kernel's own ``do_bench``; ``raw`` is what it returned, which
-    upstream stores in ``configs_timings`` and hands back from ``_bench`` unchanged."""
-
-    raw: Any = None
-
-
-def raw(timing: Any) -> Any:
-    """What the kernel's own ``do_bench`` returned for this timing, else the timing itself."""
-    value = getattr(timing, "raw", None)
-    return timing if value is None else value
 
 
 def time_one(cand: CandidateRequest, do_bench: Optional[Callable] = None) -> tuple[list[float], Optional[str]]:
@@ -239,7 +171,7 @@ def run_candidates(
     ``features(config)`` gives a candidate's parameters, the coordinates a search moves along.
     ``known_failures`` are candidates already known not to work: never timed. With
     ``upstream_errors`` (the ``Autotuner`` front ends), a tuning in which no candidate works
-    raises the first failure upstream would have let through, if any (see ``let_through``),
+    raises the first failure upstream would have let through, if any (see ``failures.let_through``),
     rather than ``NoValidConfig``.
     """
     start = time.perf_counter()

@@ -33,7 +33,7 @@ from . import _callsite, _compat, distributed, engine, settings, untuned
 from .reporting import report
 from .requests import TuningRequest
 from .search import strategy as search
-from .store import cache, manifest
+from .store import cache, describe, manifest
 
 log = logging.getLogger("triton_dist_plugin.tune")
 
@@ -137,11 +137,11 @@ class AutoTuner:
 
             world, rank = dist.get_world_size(group), dist.get_rank(group)
         if self._source is None:
-            self._source = cache.source_digest(self.fn)
+            self._source = describe.source_digest(self.fn)
         # One directory per function name, as the seed API lays it out; same-named functions stay
         # apart through the source digest in each file's key.
-        store = cache.FunctionCache(self.name, self._source, cache.hardware(device, world), self.fn.__name__)
-        reprs = [cache.describe(c) for c in self.config_space]
+        store = cache.FunctionCache(self.name, self._source, describe.hardware(device, world), self.fn.__name__)
+        reprs = [describe.describe(c) for c in self.config_space]
         retained = [i for i, c in enumerate(self.config_space) if self.prune_fn is None or
                     self.prune_fn(c, *args, **kwargs)]
         if not retained:

@@ -18,7 +18,7 @@ import warnings
 from collections import defaultdict
 from typing import Any, Callable, Optional
 
-from .. import _compat, engine, settings, untuned
+from .. import _compat, failures, settings, untuned
 from .stream import SKIPPED
 
 COMPILE_PROCESSES_ENV = "TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES"  # forked workers (default: CPUs; 0: off)
@@ -45,7 +45,7 @@ def warm_one(warm: Callable, args: tuple, meta: dict, launch_kwargs: dict) -> tu
     try:
         return warm(*args, **meta, **launch_kwargs), None
     except Exception as exc:
-        return None, engine.describe(exc)
+        return None, failures.describe(exc)
 
 
 def caches_ready(warm: Callable, device: Any) -> bool:
@@ -213,7 +213,7 @@ def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, in
                         skip[j], begun[j] = 0, 0.0
                         submit(j)
     except Exception as exc:
-        notes["stage 1 ended"] = engine.describe(exc)
+        notes["stage 1 ended"] = failures.describe(exc)
         return None
     finally:
         _job = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .. import engine, settings
+from .. import failures, settings
 
 ACCURACY_ENV = "TRITON_DIST_AUTOTUNE_CHECK_ACCURACY"
 
@@ -48,7 +48,7 @@ def check_accuracy(configs: list, make_call, named: dict, failed: dict, memo: Op
             try:
                 make_call(config)()
             except Exception as exc:
-                wrong[config] = engine.describe(exc)
+                wrong[config] = failures.describe(exc)
                 continue
             result = {n: v.clone() for n, v in tensors.items()}
             if reference is None:

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from .. import _compat, bus, distributed, engine, settings, timing, untuned
+from ..failures import NoValidConfig, raw
 from ..requests import INF3, TuningRequest
 from . import batch as _batch
 from . import kernel_state
@@ -91,7 +92,7 @@ def bench_wrapper(wrapped, instance, args, kwargs):
     value, reason = engine.time_one(cand, user_do_bench(instance))
     if reason is not None:
         record_failure(instance, config, reason)
-    return engine.raw(value)
+    return raw(value)
 
 
 def batch_bench_wrapper(wrapped, instance, args, kwargs):
@@ -178,7 +179,7 @@ def _subclass_round(instance: Any, state: KernelState, args: tuple, meta: dict, 
             return engine.run_candidates(request, candidates, make_call, method=method, do_bench=do_bench,
                                          upstream_errors=True, group=group,
                                          known_failures={c: r for c, r in wrong.items() if c in candidates}, **options)
-        except engine.NoValidConfig as exc:  # every one failed: the subclass's loop decides, as upstream
+        except NoValidConfig as exc:  # every one failed: the subclass's loop decides, as upstream
             return engine.Outcome(best=None, timings={c: list(INF3) for c in candidates}, failures=exc.failures,
                                   bench_time=time.perf_counter() - started)
 
@@ -188,4 +189,4 @@ def _subclass_round(instance: Any, state: KernelState, args: tuple, meta: dict, 
         record_failure(instance, config, reason)
     best = min(timings, key=lambda c: timings[c][0])
     engine.record(request, outcome, best, timings, method=method, cache_hit=False)
-    return {c: engine.raw(t) for c, t in timings.items()}
+    return {c: raw(t) for c, t in timings.items()}

@@ -1,5 +1,7 @@
 """What is stored, and the one check it passes wherever it enters. ``filestore`` is the built-in
-store (JSON files written atomically, following no link, trusting no other owner), ``records``
-the validation of every record, ``fingerprint`` what a pick is keyed on beyond its key,
-``cache`` the function-level cache and entry ids, ``persist`` kernel-level picks, ``manifest``
-picks exported from one machine and imported on another."""
+store (JSON files written atomically), over ``safe_files`` (paths reached following no link,
+trusting no other owner, and writers' temporaries), ``records`` the validation of every record,
+``fingerprint`` what a pick is keyed on beyond its key, ``describe`` configs, sources, versions
+and hardware as text the same in every process, and entry ids, ``cache`` the function-level
+cache, ``persist`` kernel-level picks, ``manifest`` picks exported from one machine and imported
+on another."""

@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Optional
 
 from .. import settings
-from . import cache, filestore, fingerprint, records
+from . import cache, describe, filestore, fingerprint, records
 
 ENV = "TRITON_DIST_AUTOTUNE_MANIFEST"
 KERNELS = "kernels"
@@ -67,7 +67,7 @@ def _place(relpath: Any) -> tuple[str, PurePosixPath]:
 
 def _own_id(kind: str, record: dict, place: PurePosixPath) -> Optional[str]:
     """Why ``record`` does not belong at ``place`` (its id, or its kernel's folder), or None."""
-    digest = cache.entry_digest(record["source"], record["hardware"], record["key"],
+    digest = describe.entry_digest(record["source"], record["hardware"], record["key"],
                                 record["context"] if kind == "kernel" else None)
     if place.stem != digest:
         return "its id does not match its own fields"
@@ -134,7 +134,7 @@ def _mismatch(record: dict, seen: dict) -> Optional[str]:
     probe = (hw.get("device"), hw.get("world_size"))
     if probe not in seen:
         try:
-            seen[probe] = cache.hardware(str(hw.get("device")), int(hw.get("world_size") or 1))
+            seen[probe] = describe.hardware(str(hw.get("device")), int(hw.get("world_size") or 1))
         except Exception as exc:  # noqa: BLE001 - that device is not here at all
             seen[probe] = f"{type(exc).__name__}: {exc}"
     here = seen[probe]
@@ -143,7 +143,7 @@ def _mismatch(record: dict, seen: dict) -> Optional[str]:
                 f"machine with that device ({hw.get('name')!r}), {_RETUNE}")
     if here != hw:
         return f"measured on other hardware ({_differences(hw, here)}); {_hardware_advice(hw, here)}"
-    ours = cache.versions()
+    ours = describe.versions()
     if record["versions"] != ours:
         return f"measured under other versions ({_differences(record['versions'], ours)}); " + \
             _versions_advice(record["versions"], ours)

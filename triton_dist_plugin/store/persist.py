@@ -31,7 +31,7 @@ from typing import Any, Optional
 from .. import _compat, bus, settings
 from ..requests import CacheEntry
 from ..search import strategy as search
-from . import cache, filestore, fingerprint, manifest, records
+from . import cache, describe, filestore, fingerprint, manifest, records
 
 ENV = "TRITON_DIST_AUTOTUNE_PERSIST"
 FORMAT = cache.FORMAT  # the same record layout as function-level entries
@@ -40,9 +40,9 @@ DIRECTORY = "kernels"
 
 def context(device: str, configs: list, method: str, accuracy: bool, isolated: bool) -> dict:
     """What a pick depends on besides the kernel's source, the hardware and the key."""
-    described = [f"{cache.describe(c)} | {c}" for c in configs]
+    described = [f"{describe.describe(c)} | {c}" for c in configs]
     return {"triton": fingerprint.triton_hash(), "backend": fingerprint.backend_hash(device),
-            "env": fingerprint.compile_env(), "plugin": cache.versions().get("triton-dist-plugin", "?"),
+            "env": fingerprint.compile_env(), "plugin": describe.versions().get("triton-dist-plugin", "?"),
             "method": method, "search": settings.value(search.SEARCH_ENV), "accuracy": bool(accuracy),
             "isolated": bool(isolated),
             "configs": hashlib.sha256("\n".join(described).encode()).hexdigest()}
@@ -65,7 +65,7 @@ def source_digest(fn: Any) -> str:
     key = getattr(jit, "cache_key", None)
     if isinstance(key, str):
         return key
-    return hashlib.sha256(cache._source_of(_compat.base_function(fn)).encode()).hexdigest()
+    return hashlib.sha256(describe.source_of(_compat.base_function(fn)).encode()).hexdigest()
 
 
 class KernelStore:
@@ -75,7 +75,7 @@ class KernelStore:
                  accuracy: bool = False, isolated: bool = False):
         self.name = name
         self.source = source_digest(fn)
-        self.hw = cache.hardware(device, world)
+        self.hw = describe.hardware(device, world)
         self.context = context(device, configs, method, accuracy, isolated)
         self.root = cache.kernel_root()
         self.dir = cache.kernel_base() / DIRECTORY / cache.safe_name(name)
@@ -103,9 +103,9 @@ class KernelStore:
             warnings.warn(f"autotune cache {bus.where(entry, store)} is not {self.name}'s entry for key {key} "
                           "here; re-tuning", RuntimeWarning, stacklevel=3)
             return None
-        if settings.value(cache.VERSION_CHECK_ENV) and record.get("versions") != cache.versions():
+        if settings.value(cache.VERSION_CHECK_ENV) and record.get("versions") != describe.versions():
             return None
-        described = [cache.describe(c) for c in configs]
+        described = [describe.describe(c) for c in configs]
         pick = record.get("pick_config")
         if pick not in described:
             return None
@@ -139,7 +139,7 @@ class KernelStore:
     def picks(self, configs: list) -> dict:
         """``{key: config}`` for every stored key of this kernel on this machine whose pick is
         still one of ``configs`` (for frozen mode's nearest key)."""
-        described = {cache.describe(c): c for c in configs}
+        described = {describe.describe(c): c for c in configs}
         return {key: described[record["pick_config"]] for key, record in self._records()
                 if record.get("pick_config") in described}
 
@@ -166,8 +166,8 @@ class KernelStore:
         fully = {id(c) for c in measured}
         bus.cache_put(entry, {
             **cache.entry_header("kernel", self.name, key, self.source, self.hw, self.context),
-            "pick_config": cache.describe(best), "method": method, "bench_time_s": bench_time,
-            "candidates": [{"config": cache.describe(c), "ms": _finite(t), "timing": _plain(t),
+            "pick_config": describe.describe(best), "method": method, "bench_time_s": bench_time,
+            "candidates": [{"config": describe.describe(c), "ms": _finite(t), "timing": _plain(t),
                             "failure": failures.get(c), "measured": id(c) in fully} for c, t in timings.items()],
             **({"space": space} if space is not None else {}),
             **({"notes": [str(n)[:1000] for n in notes[:100]]} if notes else {}),

@@ -1,0 +1,121 @@
+"""The text the commands print: the tables of ``list``, ``show`` and ``misses``, and the manifest
+``export`` writes. Kept apart from argument parsing so that what a command says about an entry
+(which round timed each candidate, the pick's own time) is decided in one place.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict
+from typing import Optional
+
+from .. import untuned
+from ..store import cache
+from .entries import Entry, looked_in, matches
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    widths = [min(w, 100) for w in widths]
+    line = lambda r: "  ".join(str(x)[:w].ljust(w) for x, w in zip(r, widths))  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def _fmt(ms: Optional[float]) -> str:
+    return f"{ms:.4f}" if ms is not None else "-"
+
+
+def _round(candidate: dict) -> str:
+    """Which round a candidate's time is from: ``full`` (a full measurement), ``screening`` (a
+    short round that dropped it: not comparable with a full measurement), or ``-`` (failed)."""
+    if candidate.get("ms") is None:
+        return "-"
+    return "full" if candidate.get("measured", True) is not False else "screening"
+
+
+def _pick_ms(e: Entry) -> Optional[float]:
+    """The pick's own time (its full measurement), never a faster screening round's."""
+    return next((c["ms"] for c in e.candidates if c.get("config") == e.pick), None)
+
+
+def _rounds(e: Entry) -> str:
+    """How the entry's candidates were timed: ``2 full + 4 screened``, ``1 failed`` added."""
+    counts = {"full": 0, "screening": 0, "-": 0}
+    for c in e.candidates:
+        counts[_round(c)] += 1
+    parts = [f"{counts['full']} full"] + [f"{n} {what}" for what, n in (("screened", counts["screening"]),
+                                                                         ("failed", counts["-"])) if n]
+    return " + ".join(parts)
+
+
+def _source(e: Entry) -> Optional[str]:
+    """The digest of the kernel's (or function's) source the entry was tuned for, if recorded
+    (``show`` prints it where entries of one name and key come from different sources)."""
+    record = e.restore.get("record") if isinstance(e.restore, dict) else None
+    source = record.get("source") if isinstance(record, dict) else None
+    return source if isinstance(source, str) else None
+
+
+def cmd_list(entries: list[Entry]) -> str:
+    if not entries:
+        return f"nothing tuned yet ({looked_in()})"
+    rows = [[e.kind, e.name, e.key, e.pick, _fmt(_pick_ms(e)), _rounds(e), e.when[:19]] for e in entries]
+    return _table(rows, ["kind", "name", "key", "pick", "pick ms", "timed", "when (UTC)"])
+
+
+def cmd_show(entries: list[Entry]) -> str:
+    parts = []
+    for e in entries:
+        # Full measurements first (the pick among them), then the screening rounds, then failures.
+        order = sorted(e.candidates, key=lambda c: ("full", "screening", "-").index(_round(c)))
+        rows = [[c["config"], _fmt(c["ms"]), _round(c), c["failure"] or "", "*" if c["config"] == e.pick else ""]
+                for c in order]
+        source = _source(e)
+        twins = {_source(o) for o in entries if (o.kind, o.name, o.key) == (e.kind, e.name, e.key)} - {None}
+        parts.append(f"{e.kind} {e.name}  key={e.key}\n  file: {e.path}\n"
+                     + (f"  source: {source} (entries of this name and key were tuned from {len(twins)} different "
+                        "sources)\n" if source and len(twins) > 1 else "")
+                     + _table(rows, ["candidate", "ms", "round", "failure", "pick"]))
+    if any(_round(c) == "screening" for e in entries for c in e.candidates):
+        parts.append("round: full = the p50 of a full measurement; screening = the p50 of the short round that "
+                     "dropped the candidate, not comparable with a full measurement")
+    return "\n\n".join(parts)
+
+
+def cmd_export(entries: list[Entry], fmt: str) -> str:
+    """``best_ms`` is the pick's own full measurement; each candidate says its ``round``."""
+    if fmt == "json":
+        items = [{**{k: v for k, v in asdict(e).items() if k != "restore"}, "best_ms": _pick_ms(e),
+                  "candidates": [{**c, "measured": _round(c) == "full", "round": _round(c)} for c in e.candidates],
+                  **e.restore} for e in entries]
+        return json.dumps(items, indent=2, default=str)
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["kind", "name", "key", "pick", "best_ms", "when", "path", "measured_fully", "screened"])
+    for e in entries:
+        best = _pick_ms(e)
+        rounds = [_round(c) for c in e.candidates]
+        writer.writerow([e.kind, e.name, e.key, e.pick, "" if best is None else best, e.when, e.path,
+                         rounds.count("full"), rounds.count("screening")])
+    return buf.getvalue()
+
+
+def cmd_misses(name: Optional[str], exact: bool = False) -> Optional[str]:
+    """The misses table; None when ``name`` matches none of the recorded misses."""
+    seen: dict = {}
+    recorded = untuned.misses()
+    for item in recorded:
+        if not matches(item["kernel"], name, exact):
+            continue
+        row = seen.setdefault((item["kernel"], item["key"]), {"count": 0, "why": set(), "last": ""})
+        row["count"] += 1
+        row["why"].add(str(item.get("why", "")))
+        row["last"] = max(row["last"], str(item.get("timestamp", "")))
+    if not seen:
+        if name is not None:
+            return None
+        return f"no misses recorded (looked in {cache.cache_root() / untuned.MISSES})"
+    rows = [[k, key, str(r["count"]), ", ".join(sorted(r["why"])), r["last"][:19]] for (k, key), r in seen.items()]
+    return _table(rows, ["kernel", "key", "misses", "during", "last (UTC)"])

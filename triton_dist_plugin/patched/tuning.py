@@ -1,0 +1,226 @@
+"""Tuning on a miss, once ``launch.tune`` has chosen the candidates: the persisted pick looked up
+and agreed on, or the candidates readied (compiled, run in the isolation worker, checked) and
+timed by the engine, and the pick kept in upstream's attributes and on disk.
+
+Apart from ``launch`` so that the hot path's module holds only what a launch runs every time;
+this is what a miss runs once per key.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .. import _compat, distributed, engine, failures, settings, timing, untuned
+from ..compiling.precompile import never_timed
+from ..isolation import isolate, isolate_source
+from ..reporting import report
+from ..requests import TuningRequest
+from ..search import strategy as search
+from ..store import cache, describe, persist
+from .accuracy import accuracy_check_enabled, check_accuracy
+from .benchmarker import screen_for, user_do_bench
+from .candidates import agree, call_hooks, compile_all, make_call_factory, split_launch
+from .kernel_state import KernelState
+
+
+def bench_and_record(instance: Any, state: KernelState, request: TuningRequest, key: tuple, args: tuple,
+                     kwargs: dict, named: dict, configs: list) -> Any:
+    """Time ``configs`` (``named``: every kernel argument of the launch, by name) and keep the pick."""
+    method = timing.resolve_method(request.device)
+    pre, post = call_hooks(instance)
+    make_call = make_call_factory(instance, state, args, kwargs, pre, post)
+    outcome = None
+    group = distributed.kernel_group()
+    # Keyed on every check it is made with: a pick stored without the accuracy check or isolation
+    # is never reused with them.
+    store = persist.KernelStore(state.name, instance.fn, request.device, distributed.world_size(group), configs,
+                                method, accuracy_check_enabled(instance), isolate.enabled(state.generate)) \
+        if persist.enabled(instance) else None
+    found = store.read(key, configs) if store is not None else None
+    stored = agree(group, state, key, configs, found[0] if found is not None else None)
+
+    def reset_only(config: Any) -> None:
+        # Upstream's own dict, in its order: positional arguments, launch keywords, the pick's.
+        pre({**dict(zip(state.arg_names, args)), **kwargs, **state.launch_kwargs(config)}, reset_only=True)
+
+    def bench():
+        nonlocal outcome
+        worker, runs = _isolation(instance, state, args, kwargs, configs, request)  # runs candidates as they compile
+        position = {id(c): i for i, c in enumerate(configs)}
+        checking, memo = accuracy_check_enabled(instance), {}
+
+        def prepare(subset: list, stream: Any = None) -> dict:
+            """Compile ``subset`` (all the candidates, or a search's step), run it in the isolation
+            worker, check its results: ``{config: reason}`` for those never to be timed. Without
+            isolation or accuracy checks, ``stream`` screens each as it compiles, and may leave
+            hopeless ones uncompiled (``stream.py``); with them, nothing runs here before both."""
+            streaming = stream is not None and worker is None and not checking
+
+            def ready(j: int) -> None:  # subset[j] compiled: the worker runs it now, or it is screened
+                if worker is None:
+                    stream.ready(subset[j])
+                    return
+                i = position[id(subset[j])]
+                worker.submit(i, *runs[i])
+
+            failed = compile_all(instance, state, request, args, kwargs, subset, group,
+                                 ready if worker is not None or streaming else None,
+                                 (lambda j: stream.wanted(subset[j])) if streaming else None)
+            skipped = {c: r for c, r in failed.items() if never_timed(r)}  # left out, or given up
+            unsafe = _isolated(worker, request, configs, {position[id(c)]: runs[position[id(c)]] for c in subset},
+                               failed) if worker is not None else {}
+            # A candidate that failed to compile is still launched and timed, as upstream does: its
+            # hooks and the kernel's own do_bench see the failure (a post_hook gets the exception).
+            # One that crashed or hung the isolation worker is never run here.
+            wrong = check_accuracy(subset, make_call, named, {**failed, **unsafe}, memo) if checking else {}
+            return {**skipped, **unsafe, **wrong}
+
+        do_bench = user_do_bench(instance)
+        bar, seen = report.progress_bar(len(configs), state.name, not distributed.rank(group)), set()
+
+        def advance(config, timing, reason):  # each candidate once, whatever round timed it
+            if id(config) not in seen:
+                seen.add(id(config))
+                bar.update(1)
+
+        request.prior, request.prior_key, request.prior_unseen = warm_start(state, store, key, configs, group)
+        try:
+            outcome = engine.run_candidates(request, configs, make_call, method=method, do_bench=do_bench,
+                                            group=group, screen=screen_for(instance, do_bench),
+                                            upstream_errors=True, on_candidate=advance if bar is not None else None,
+                                            prepare=prepare)
+        finally:
+            if bar is not None:
+                bar.close()
+        whole = len(configs) <= search.whole_limit()
+        state.rankings[key] = ([describe.describe(c) for c in search.ranked(outcome.timings)],
+                               [describe.describe(c) for c in configs] if whole else None)
+        instance.bench_time = outcome.bench_time
+        instance.configs_timings = {c: failures.raw(t) for c, t in outcome.timings.items()}
+        instance.cache[key] = outcome.best
+        reset_only(outcome.best)
+
+    cache_hit = False
+    # Tuning together, a disk-cache hit on one rank and a miss on another would hang the others:
+    # the group always tunes (and the slowest rank decides).
+    if group is None and getattr(instance, "cache_results", False) and hasattr(instance, "check_disk_cache"):
+        cache_hit = bool(instance.check_disk_cache(key, configs, bench))
+    elif stored is not None:  # tuned before, in this process or another: nothing is timed
+        instance.cache[key] = configs[stored]
+        # Upstream's attributes as after a tuning: the stored timings (another rank's hit: none here).
+        instance.configs_timings = dict(found[1]) if found is not None and found[0] == stored else {}
+        instance.bench_time = 0.0
+        reset_only(configs[stored])
+        request.notes.append(f"pick read from {found[2]}" if found is not None and found[0] == stored else
+                             "pick shared by a rank")
+        cache_hit = True
+    elif untuned.frozen():  # a miss never times anything: raise, or launch the nearest key's pick
+        tuned = {**(store.picks(configs) if store is not None else {}), **instance.cache}
+        instance.cache[key] = untuned.frozen_miss(state.name, key, tuned, configs[0], instance, request.device)
+        return instance.cache[key]
+    else:
+        try:
+            bench()
+        except failures.NoValidConfig as exc:
+            if not failures.all_upstream_failures(exc.failures):
+                raise
+            # As upstream: every candidate infinitely slow, the first is kept (in memory only) and
+            # its launch raises what stopped it (OutOfResources, say), which code may catch.
+            instance.cache[key] = configs[0]
+            return configs[0]
+        if store is not None and distributed.writes_cache(group):
+            _persist(store, state, key, outcome, method, request.notes)
+    best = instance.cache[key]
+    timings = getattr(instance, "configs_timings", None) or {}
+    # The record holds [p50, p20, p80] lists; configs_timings keeps what the benchmarker returned.
+    listed = outcome.timings if outcome is not None else {
+        c: list(t) if isinstance(t, (list, tuple)) else [t] * 3 for c, t in timings.items()}
+    # A hit's record tells the stored full measurements from the screening rounds, as a tuning's does.
+    engine.record(request, outcome, best, listed, method=method, cache_hit=cache_hit,
+                  measured=found[3] if cache_hit and found is not None and found[0] == stored else None)
+    listener = _compat.autotuning_listener()
+    if listener is not None:
+        listener(fn=_compat.jit_function(instance.fn), key=key, best_config=best, configs_timings=timings,
+                 duration=None if cache_hit else outcome.bench_time, cache_hit=cache_hit)
+    return best
+
+
+def _persist(store: persist.KernelStore, state: KernelState, key: tuple, outcome: engine.Outcome,
+             method: str, notes: list) -> None:
+    try:
+        store.store(key, outcome.best, outcome.timings, outcome.failures, outcome.measured, method, outcome.bench_time,
+                    space=state.rankings[key][1], notes=notes)
+    except OSError as exc:  # a full disk or an unwritable directory must not lose the tuning
+        cache.warn_unwritable(store.name, store.dir, key, exc, stacklevel=5)
+
+
+def _isolation(instance: Any, state: KernelState, args: tuple, kwargs: dict, configs: list,
+               request: TuningRequest) -> tuple[Any, dict]:
+    """With isolation on: ``(worker, runs)``, the worker already started and given the kernel and
+    its arguments, and ``runs[i]``: the launch of ``configs[i]`` (``(meta, grid)``) to hand it as
+    each compiles. ``(None, {})`` with isolation off."""
+    if not isolate.enabled(state.generate):
+        return None, {}
+    _, launch, named, _ = split_launch(state, args, kwargs)
+    grid = kwargs.get("grid")
+    layers = isolate_source.heuristics_of(instance.fn)[0]  # the grid sees their values, as at a launch
+    runs: dict = {}
+    for i, config in enumerate(configs):
+        meta = state.launch_kwargs(config)
+        try:
+            full = isolate_source.with_heuristics(layers, args, launch, meta, grid) if layers else meta
+            runs[i] = (meta, grid({**named, **launch, **full}) if callable(grid) else grid)
+        except Exception as exc:  # noqa: BLE001 - the launch itself meets (and reports) the same error
+            request.notes.append(f"not isolated: its grid could not be computed ahead ({type(exc).__name__}: {exc})")
+            return None, {}
+    worker = isolate.worker()
+    worker.prepare(instance.fn, type(instance.fn).__name__, args, launch)
+    return worker, runs
+
+
+def warm_start(state: KernelState, store: Any, key: tuple, configs: list, group: Any) -> tuple:
+    """``(prior, prior_key, unseen)``: ``configs`` as the nearest tuned key ranked them (fastest
+    first), from this process's tunings and the picks on disk, and those of ``configs`` that
+    key's space did not hold where it was small enough to be kept (``configs=[]`` generates per
+    shape: nothing is known of the others); ``(None, None, [])`` when no tuned key is near
+    (``untuned.nearest``: same non-numeric parts, closest shapes; and within
+    ``search.WARM_DISTANCE``: shapes at most 16 times apart in all), or with
+    ``TRITON_DIST_AUTOTUNE_WARM_START=0``. Under a group every rank takes the group's rank 0's
+    (the rank that writes the picks to disk, so the one that holds them)."""
+    prior = near = None
+    unseen: list = []
+    if settings.value(search.WARM_ENV):
+        tuned = {**(store.rankings() if store is not None else {}), **state.rankings}
+        tuned.pop(key, None)
+        near = untuned.nearest(list(tuned), key)
+        if near is not None and untuned.distance(near, key) <= search.WARM_DISTANCE:
+            by_name = {describe.describe(c): c for c in configs}
+            ranking, held = tuned[near]
+            prior = [by_name[d] for d in ranking if d in by_name] or None
+            if prior and held is not None:
+                held = set(held)
+                unseen = [c for d, c in by_name.items() if d not in held]
+    if group is not None:  # the ranks tune the same candidates (checked): rank 0's ranking, by position
+        position = {id(c): i for i, c in enumerate(configs)}
+        shared = distributed.from_first(group, [[position[id(c)] for c in prior or []], repr(near) if prior else None,
+                                                [position[id(c)] for c in unseen]],
+                                        f"sharing a warm start for {state.name}")
+        prior, near, unseen = [configs[i] for i in shared[0]] or None, shared[1], [configs[i] for i in shared[2]]
+    return prior, (near if prior else None), (unseen if prior else [])
+
+
+def _isolated(worker: Any, request: TuningRequest, configs: list, runs: dict, failed: dict) -> dict:
+    """Each candidate run once in the isolation worker: ``{config: reason}`` for those that crashed,
+    hung or raised there (see ``isolate.py``)."""
+    started = time.perf_counter()
+    todo = {i: run for i, run in runs.items() if configs[i] not in failed}  # did not compile: nothing to run
+    try:
+        unsafe = worker.finish(todo)
+    except isolate.Unisolated as exc:
+        request.notes.append(f"not isolated: {exc}")
+        return {}
+    request.notes.append(f"ran {len(todo)} candidates in the isolation worker, done "
+                         f"{time.perf_counter() - started:.2f}s after compiling ({worker.timeline()}); "
+                         f"{len(unsafe)} failed there")
+    return {configs[i]: reason for i, reason in unsafe.items()}
