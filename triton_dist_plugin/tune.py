@@ -217,7 +217,7 @@ class AutoTuner:
                                    for i, t in outcome.timings.items()],
                 })
             except OSError as exc:  # a full disk, an unwritable directory or a store that is down
-                cache.warn_unwritable(self.name, store.dir, key, exc, stacklevel=3)
+                cache.warn_unwritable(self.name, store.dir, key, exc)
             stamp = dt.datetime.now(dt.timezone.utc).isoformat()
             store.log(key, f"[{stamp}] {self.name} key={key!r} device={device} world={world}\n"
                       + "".join(f"  {line}\n" for line in lines)

@@ -152,7 +152,7 @@ def _persist(store: persist.KernelStore, state: KernelState, key: tuple, outcome
         store.store(key, outcome.best, outcome.timings, outcome.failures, outcome.measured, method, outcome.bench_time,
                     space=state.rankings[key][1], notes=notes)
     except OSError as exc:  # a full disk or an unwritable directory must not lose the tuning
-        cache.warn_unwritable(store.name, store.dir, key, exc, stacklevel=5)
+        cache.warn_unwritable(store.name, store.dir, key, exc)
 
 
 def _isolation(instance: Any, state: KernelState, args: tuple, kwargs: dict, configs: list,

@@ -104,7 +104,7 @@ def entry_header(field: str, name: str, key: Any, source: str, hw: dict, context
             "versions": describe.versions(), "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat()}
 
 
-def warn_unwritable(name: str, directory: Path, key: Any, exc: OSError, stacklevel: int) -> None:
+def warn_unwritable(name: str, directory: Path, key: Any, exc: OSError) -> None:
     """A tuning whose entry cannot be written (a full disk, an unwritable directory, a store that
     is down) keeps its pick in memory; say so, and where else it is kept."""
     failed = getattr(exc, "failed", None) or {filestore.NAME: exc}  # bus.StoreError says which stores
@@ -118,7 +118,7 @@ def warn_unwritable(name: str, directory: Path, key: Any, exc: OSError, stacklev
         after = "kept in memory" + ("" if kept else " for this process only")
     hint = f" Point {ROOT_ENV} at a writable directory to keep it across runs." if filestore.NAME in failed else ""
     warnings.warn(f"{name}: cannot write the autotune cache {place} ({exc}); the pick for key {key!r} is "
-                  f"{after}.{hint}", RuntimeWarning, stacklevel=stacklevel + 1)
+                  f"{after}.{hint}", RuntimeWarning, stacklevel=_callsite.stacklevel())
 
 
 class FunctionCache:
