@@ -427,6 +427,47 @@ def scenario_search(rank, world, group):
     return out
 
 
+def scenario_model(rank, world, group):
+    """A cost model that ranks differently on each rank (as on machines of another kind): rank 0's
+    is right, the others' upside down. Every rank follows rank 0's ranking, so they screen the same
+    candidates and record the same account of the model."""
+    from search_space import BEST, SPACE, bowl, copy
+
+    from triton_dist_plugin.search import strategy as search
+
+    os.environ["TRITON_DIST_AUTOTUNE_MODEL"] = "1"
+
+    class Bowl:
+        def __init__(self):
+            self.timed, self.model = [], None
+
+        @tdp.hookimpl(tryfirst=True)
+        def tdp_time_candidate(self, request):
+            request.call()
+            self.timed.append(str(request.config))
+            return bowl(search.features_of(request.config))
+
+        @tdp.hookimpl(tryfirst=True)
+        def tdp_rank_candidates(self, request, candidates):
+            sign = 1 if rank == 0 else -1
+            return [sign * bowl(search.features_of(c)) for c in candidates]
+
+        @tdp.hookimpl
+        def tdp_on_tuned(self, record):
+            self.model = record.model
+
+    timer = Bowl()
+    tdp.register(timer)
+    kernel = triton.autotune(configs=SPACE, key=["n"])(copy)
+    x = torch.randn(300)
+    y = torch.zeros_like(x)
+    with tdp.tuning_group(group):
+        kernel[lambda m: (triton.cdiv(300, m["BLOCK"]),)](x, y, 300)
+    picked = search.features_of(kernel.best_config)
+    return {"path": list(dict.fromkeys(timer.timed)), "model": timer.model, "best": picked | BEST == picked,
+            "correct": bool(torch.equal(x, y))}
+
+
 def main():
     scenario, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     if f"prepare_{scenario}" in globals():

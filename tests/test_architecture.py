@@ -8,7 +8,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "triton_dist_plugin"
 
 #: Lowest first; every part of the package is in exactly one.
 LAYERS = [
-    ("facts", {"_compat", "settings", "requests", "_callsite", "failures"}),
+    ("facts", {"_compat", "settings", "requests", "_callsite", "failures", "settle"}),
     ("hooks", {"hookspecs"}),
     ("built-in plugins", {"timing", "distributed", "reporting", "tiling", "search"}),
     ("bus and stores", {"bus", "store"}),

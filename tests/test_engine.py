@@ -37,9 +37,12 @@ def test_every_kernel_tunes_runs_and_records_in_upstream_shapes(name, recorder):
     assert {str(c) for c in kernel.configs_timings} == {str(c) for c in spec.configs(DEVICE)}
     for timing in kernel.configs_timings.values():
         assert isinstance(timing, list) and len(timing) == 3 and all(t > 0 for t in timing)
-    # The pick is the fastest candidate measured fully (the others may hold a screening round's time).
+    # The pick is the fastest candidate measured fully (the others may hold a screening round's time),
+    # unless the finalists were too close to call: then the interleaved rounds decided (settle.py).
     full = {id(r.config) for r in recorder.timed if r.n_repeat is None}
-    assert best == min((c for c in kernel.configs_timings if id(c) in full), key=kernel.configs_timings.get)
+    fastest = min((c for c in kernel.configs_timings if id(c) in full), key=kernel.configs_timings.get)
+    decision = recorder.records[0].decision
+    assert id(best) in full and (best == fastest or decision["rounds"] > 0), decision
     assert [r.key for r in recorder.records] == [key]
     assert recorder.records[0].method == ("wall" if DEVICE == "cpu" else "event")
     assert {r.device for r in recorder.timed} == {DEVICE}

@@ -23,6 +23,12 @@ from triton_dist_plugin.search import strategy as search
 from triton_dist_plugin.tune import autotune
 
 
+@pytest.fixture(autouse=True)
+def _no_model(monkeypatch):
+    """These tests follow the model-free paths (test_model.py follows the guided one)."""
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_MODEL", "0")
+
+
 def launch(kernel, n=300):
     x = torch.randn(n, device=DEVICE)
     out = torch.zeros_like(x)
@@ -168,6 +174,13 @@ def test_every_rank_of_a_group_follows_the_same_search(tmp_path):
         assert len(ranks[0][strategy]["path"]) < 480
     assert len(ranks[0]["warm"]["path"]) <= 20  # warm-started on both ranks, not cold
     assert all(r["correct"] for r in ranks)
+
+
+def test_ranks_whose_models_disagree_follow_rank_0s_ranking(tmp_path):
+    ranks = run_ranks("model", 2, tmp_path, wall=300)
+    assert ranks[0]["path"] == ranks[1]["path"] and len(ranks[0]["path"]) < len(SPACE) // 2
+    assert ranks[0]["model"] == ranks[1]["model"] and ranks[0]["model"]["trusted"]
+    assert all(r["best"] and r["correct"] for r in ranks)
 
 
 def test_a_warm_start_comes_only_from_a_near_key_with_the_same_dtypes():

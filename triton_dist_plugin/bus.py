@@ -42,9 +42,11 @@ def plugin_manager() -> pluggy.PluginManager:
                 pm.register(report.Reporter(), name="tdp.report")
                 pm.register(BuiltinGenerator(), name="tdp.generate")
                 pm.register(filestore.FileStore(), name=filestore.NAME)
+                from .search.model import BuiltinModel
                 from .search.strategy import BuiltinSearch  # it calls back into the bus
 
                 pm.register(BuiltinSearch(), name="tdp.search")
+                pm.register(BuiltinModel(), name="tdp.model")
                 _pm = pm
     return _pm
 

@@ -14,10 +14,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
-from . import bus, distributed
+from . import bus, distributed, settle
 from .compiling.stream import SKIPPED, Stream
 from .failures import NoValidConfig, Timing, describe, let_through
 from .requests import INF3, CandidateRequest, TuningRecord, TuningRequest
+from .search import model
 from .search.space import Space
 
 
@@ -29,6 +30,8 @@ class Outcome:
     bench_time: float
     #: the candidates measured fully (the others' timings are from a screening round)
     measured: list = field(default_factory=list)
+    #: how the pick was decided among the finalists (``settle.py``), or None
+    decision: Optional[dict] = None
 
 
 def time_one(cand: CandidateRequest, do_bench: Optional[Callable] = None) -> tuple[list[float], Optional[str]]:
@@ -74,11 +77,18 @@ class Screen:
     min_candidates: int = 4  # fewer than this: measure them all fully (at most 3 full measurements)
     fraction: float = 0.1  # ...nor more than this share of them (or keep_at_least)
     second_repeat: int = 25  # with more survivors than ``final_count``, a second, longer round...
-    final_count: int = 2  # ...leaves this many for the full measurement
+    final_count: int = 2  # ...leaves this many for the full measurement...
+    final_most: int = 4  # ...or up to this many, those within ``settle.TIE`` of the last of them
 
     def narrow(self, timings: dict) -> list:
-        """The ``final_count`` best of the second round (by its median)."""
-        return [c for _, _, c in _ranked(timings)[: self.final_count]]
+        """The ``final_count`` best of the second round (by its median), and those too close to them
+        to leave out on a short round's evidence."""
+        ranked = _ranked(timings)
+        kept = ranked[: self.final_count]
+        if kept:
+            edge = kept[-1][0] * (1 + settle.TIE)
+            kept += [r for r in ranked[self.final_count:] if r[0] <= edge][: self.final_most - len(kept)]
+        return [c for _, _, c in kept]
 
     def survivors(self, timings: dict) -> list:
         valid = _ranked(timings)
@@ -126,6 +136,21 @@ def _time(request, config, calls, method, do_bench, n_warmup, n_repeat, on_candi
     return timing, reason
 
 
+def _scores(candidates: list) -> Callable[[Any], list]:
+    """What ``tdp_rank_candidates`` must return: a number per candidate (NaN reads as "no opinion")."""
+
+    def check(result: Any) -> list:
+        if not isinstance(result, (list, tuple)) or len(result) != len(candidates):
+            raise TypeError(f"expected a list of {len(candidates)} numbers, one per candidate")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in result):
+            raise TypeError("expected numbers (a predicted time per candidate; inf: predicted not to run)")
+        finite = [float(v) for v in result if math.isfinite(v)]
+        worst = max(finite) if finite else math.inf
+        return [worst if math.isnan(v) else float(v) for v in result]
+
+    return check
+
+
 def _finalists(candidates: list) -> Callable[[Any], list]:
     """What ``tdp_search`` must return: a list of the candidates it was given."""
     given = {id(c) for c in candidates}
@@ -156,6 +181,7 @@ def run_candidates(
     upstream_errors: bool = False,
     prepare: Optional[Callable[[list], dict]] = None,
     features: Optional[Callable[[Any], dict]] = None,
+    settled: bool = True,
 ) -> Outcome:
     """Time the candidates, reduce over ``group``, pick the fastest; raise if none is valid.
 
@@ -169,6 +195,9 @@ def run_candidates(
     only for the candidates it screens, so a large space is never compiled whole. It may hand
     each candidate to ``stream`` (``stream.py``, or None) as it compiles, to be screened at once.
     ``features(config)`` gives a candidate's parameters, the coordinates a search moves along.
+    With ``settled`` (and no ``do_bench``), finalists too close to call are measured again and a tie
+    is decided by the given order (``settle.py``); without it each candidate runs exactly the
+    counts given (the function-level tuner's promise).
     ``known_failures`` are candidates already known not to work: never timed. With
     ``upstream_errors`` (the ``Autotuner`` front ends), a tuning in which no candidate works
     raises the first failure upstream would have let through, if any (see ``failures.let_through``),
@@ -249,6 +278,11 @@ def run_candidates(
             failures.update(failed)
             return first
 
+        request.ranking = bus.first_result("tdp_rank_candidates", _scores(configs), request=request,
+                                           candidates=configs) if model.enabled() else None
+        if not alone:  # ranks of other machines (or settings) might rank apart: every rank takes rank 0's
+            request.ranking = distributed.from_first(group, request.ranking,
+                                                     f"sharing the ranking of {request.kernel_name}")
         finalists = bus.first_result("tdp_search", _finalists(configs), request=request, candidates=configs,
                                      evaluate=evaluate, space=space, screen=screen)
         note = f"screened {len(screened)} of {len(configs)} candidates in {time.perf_counter() - start:.2f}s"
@@ -284,9 +318,17 @@ def run_candidates(
         # Raised from here, not from deep in the timing loop: the traceback keeps the caller's
         # frames and the cause (the kernel's own line), not the plugin's timing machinery.
         raise original.with_traceback(None)
-    best = min(valid, key=valid.get)
+    best, decision = min(valid, key=valid.get), None
+    if settled and len(valid) > 1 and do_bench is None:  # a kernel's own do_bench decides as upstream
+        counts = (1, 3) if method == "wall" else (3, screen.second_repeat if screen is not None else 25)
+
+        def measure(subset: list) -> dict:
+            return _round(request, subset, calls, method, None, *counts, group, None)[0]
+
+        best, decision = settle.settle(valid, configs, measure)
+        request.notes.append(settle.describe(decision))
     return Outcome(best=best, timings=timings, failures=failures, bench_time=time.perf_counter() - start,
-                   measured=[c for c in finalists if c in calls])
+                   measured=[c for c in finalists if c in calls], decision=decision)
 
 
 def record(request: TuningRequest, outcome: Optional[Outcome], best: Any, timings: dict, *, method: str,
@@ -298,6 +340,7 @@ def record(request: TuningRequest, outcome: Optional[Outcome], best: Any, timing
         failures=dict(outcome.failures) if outcome else {}, bench_time=outcome.bench_time if outcome else None,
         cache_hit=cache_hit, method=method, device=request.device, autotuner=request.autotuner,
         notes=list(request.notes), measured=list(outcome.measured) if outcome else list(measured or []),
+        model=getattr(request, "model", None), decision=outcome.decision if outcome else None,
     )
     bus.notify(rec)
     return rec

@@ -59,6 +59,27 @@ def tdp_prune_configs(request, configs):
 
 
 @hookspec(firstresult=True)
+def tdp_rank_candidates(request, candidates):
+    """Called before ``tdp_search``, when a key has candidates to screen (as for ``tdp_search``) and
+    ``TRITON_DIST_AUTOTUNE_MODEL`` is on: predicts which candidates are worth compiling.
+
+    The built-in (``tdp.model``, ``trylast``) is the cost model of ``search/model.py``: block sizes
+    against the extents they tile, waves over the cores, a ``tl.dot`` tile's intensity, shared
+    memory and registers. The built-in searches compile the best-ranked few first, then the
+    neighbours of the best measured, and compile the rest when the ranking and the measurements
+    disagree (see ``search/guided.py``); ``request.model`` then tells how it went (kept, screened,
+    the rank correlation, and whether the best screened was among those kept: the recall).
+
+    :param request: the :class:`~triton_dist_plugin.requests.TuningRequest`.
+    :param candidates: the candidates, in their given order.
+    :returns: one number per candidate, in that order: a predicted time in any unit (lower is
+        faster; ``inf``: predicted not to run), or None for no opinion (then every candidate is
+        screened as without a model). Under a tuning group it must be the same on every rank:
+        decide only from the candidates and the request. Stops at the first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
 def tdp_search(request, candidates, evaluate, space, screen):
     """Called when a key has candidates to compare and screening is on (not with
     ``TRITON_DIST_AUTOTUNE_SEARCH=exhaustive``, a kernel's own ``do_bench``, or
@@ -71,7 +92,8 @@ def tdp_search(request, candidates, evaluate, space, screen):
     :param request: the :class:`~triton_dist_plugin.requests.TuningRequest`; ``request.prior``
         holds the nearest tuned key's candidates, fastest first (a warm start), or None, and
         ``request.prior_unseen`` those that key's space did not hold (nothing is known of them);
-        append to ``request.notes`` to explain the path taken.
+        ``request.ranking`` what ``tdp_rank_candidates`` predicted (or None); append to
+        ``request.notes`` to explain the path taken.
     :param candidates: the candidates, in their given order.
     :param evaluate: ``evaluate(subset) -> {candidate: [p50, p20, p80]}``: compiles the
         candidates of ``subset`` not yet compiled (in parallel), runs them in the isolation

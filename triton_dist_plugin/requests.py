@@ -34,6 +34,12 @@ class TuningRequest:
     prior: Optional[list] = None
     prior_key: Any = None
     prior_unseen: list = field(default_factory=list)
+    #: ``tdp_rank_candidates``' predicted time of each candidate (lower is faster), or None;
+    #: ``problem``: what the built-in model saw; ``model``: how the guided search went (see
+    #: ``search/guided.py``), recorded with the pick
+    ranking: Optional[list] = None
+    problem: Any = None
+    model: Optional[dict] = None
 
 
 @dataclass
@@ -71,6 +77,13 @@ class TuningRecord:
     notes: list = field(default_factory=list)
     #: the candidates measured fully; the others in ``timings`` hold a short screening round's time
     measured: list = field(default_factory=list)
+    #: how the cost model's ranking did (``kept``, ``screened``, ``of``, ``rho``, ``recall``), or None
+    model: Optional[dict] = None
+    #: how sure the pick is: ``margin`` (the runner-up's time over the pick's, less 1), ``noise``
+    #: (their relative spread), ``rounds`` (interleaved rounds run to separate them), ``confidence``
+    #: (the share of those rounds the pick won) and ``tie`` (too close to tell: the first of the tied
+    #: in the given order was picked), or None when fewer than two finalists ran
+    decision: Optional[dict] = None
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,10 @@ SETTINGS: tuple[Setting, ...] = (
             "the most candidates a search compiles and screens for one key (`halving` and `optuna`); `0`: "
             "`halving` stops when no neighbour of its best candidates is left, `optuna` after three batches "
             "without a 1% gain or 256 candidates", _count, "a whole number >= 0, such as 300"),
+    Setting("TRITON_DIST_AUTOTUNE_MODEL", "0/1", "`1`",
+            "`1`: a cold key's candidates are ranked by a cost model first, and `halving` compiles its best few and "
+            "their neighbours, falling back to the whole space where the model and the times disagree (see "
+            "search.md); `0`: no model", _bit(True), "0 or 1"),
     Setting("TRITON_DIST_AUTOTUNE_WARM_START", "0/1", "`1`",
             "`1`: a new key of a tuned kernel screens the nearest tuned key's best candidates first and "
             "stops when their neighbours bring nothing better; `0`: every key starts cold", _bit(True), "0 or 1"),

@@ -195,7 +195,8 @@ class AutoTuner:
             outcome = engine.run_candidates(request, retained, make_call, method=method,
                                             n_warmup=N_WARMUP, n_repeat=N_REPEAT, group=group,
                                             on_candidate=on_candidate, screen=engine.Screen() if large else None,
-                                            features=lambda index: dict(self.config_space[index]))
+                                            features=lambda index: dict(self.config_space[index]),
+                                            settled=False)
         finally:
             if bar is not None:
                 bar.close()

@@ -130,7 +130,7 @@ def bench_and_record(instance: Any, state: KernelState, request: TuningRequest, 
             instance.cache[key] = configs[0]
             return configs[0]
         if store is not None and distributed.writes_cache(group):
-            _persist(store, state, key, outcome, method, request.notes)
+            _persist(store, state, key, outcome, method, request)
     best = instance.cache[key]
     timings = getattr(instance, "configs_timings", None) or {}
     # The record holds [p50, p20, p80] lists; configs_timings keeps what the benchmarker returned.
@@ -147,10 +147,11 @@ def bench_and_record(instance: Any, state: KernelState, request: TuningRequest, 
 
 
 def _persist(store: persist.KernelStore, state: KernelState, key: tuple, outcome: engine.Outcome,
-             method: str, notes: list) -> None:
+             method: str, request: TuningRequest) -> None:
     try:
         store.store(key, outcome.best, outcome.timings, outcome.failures, outcome.measured, method, outcome.bench_time,
-                    space=state.rankings[key][1], notes=notes)
+                    space=state.rankings[key][1], notes=request.notes, model=request.model,
+                    decision=outcome.decision)
     except OSError as exc:  # a full disk or an unwritable directory must not lose the tuning
         cache.warn_unwritable(store.name, store.dir, key, exc)
 

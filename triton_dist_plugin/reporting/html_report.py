@@ -20,6 +20,7 @@ import datetime as _dt
 import os
 from typing import Any, Optional
 
+from .. import settle
 from .html_charts import COLORS, chart, heatmap, timeline, verdict, why
 from .html_view import View, esc, fmt_ms
 
@@ -142,11 +143,35 @@ def _section(view: View, group: list) -> str:
     return (f"<section class=\"entry\" id=\"{view.anchor}\" data-kind=\"{esc(entry.kind)}\" "
             f"data-source=\"{esc(view.source or '')}\"><h2>{esc(entry.kind)} {esc(entry.name)}"
             f" &nbsp;<small>key {esc(entry.key)}</small></h2><p class=\"meta\">{' · '.join(facts)}</p>{same}"
-            f"{why(view)}<p class=\"origin\"><b>From:</b> {esc(origin[1])}</p>{timeline(record)}"
+            f"{why(view)}<p class=\"origin\"><b>From:</b> {esc(origin[1])}</p>{_judged(record)}{timeline(record)}"
             + (f"<p class=\"common\">every candidate: {esc(view.common)}</p>" if view.common else "")
             + chart(view, "full") + chart(view, "screening") + heatmap(view) + table
             + (f"<details class=\"notes\"><summary>tuning notes</summary><ul>{notes}</ul></details>" if notes else "")
             + f"<p class=\"meta\">file: {esc(entry.path)}</p></section>")
+
+
+def _judged(record: dict) -> str:
+    """How the cost model did (its recall: was the best screened among those it kept?) and how the
+    pick was decided among the finalists. Both come from a file: shown only with the types written."""
+    parts = []
+    model = record.get("model") if isinstance(record.get("model"), dict) else {}
+    if all(isinstance(model.get(k), int) for k in ("kept", "of", "screened")):
+        rho = model.get("rho") if isinstance(model.get("rho"), (int, float)) else "n/a"
+        if model.get("trusted") is True:
+            kept = ("the best screened was among them" if model.get("recall") is True else
+                    "the best screened was not among them (a miss: the climb found it)")
+            parts.append(("Cost model", f"kept {model['kept']} of {model['of']} candidates, {model['screened']} "
+                                        f"screened in all; {kept} (rank correlation {rho})"))
+        else:
+            parts.append(("Cost model", f"its ranking did not match the times of the {model['kept']} it kept (rank "
+                                        f"correlation {rho}), so the search went on without it"))
+    decision = record.get("decision") if isinstance(record.get("decision"), dict) else {}
+    numbers = all(isinstance(decision.get(k), (int, float)) and not isinstance(decision.get(k), bool)
+                  for k in ("noise", "rounds", "confidence"))
+    if numbers and isinstance(decision.get("tie"), bool) and \
+            (decision.get("margin") is None or isinstance(decision.get("margin"), (int, float))):
+        parts.append(("Decision", settle.describe(decision)))
+    return "".join(f"<p class=\"origin\"><b>{label}:</b> {esc(text)}</p>" for label, text in parts)
 
 
 def _origin(view: View) -> tuple:

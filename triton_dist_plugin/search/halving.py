@@ -24,6 +24,7 @@ import zlib
 from typing import Any, Callable
 
 from .. import settings
+from . import guided
 from .space import Space
 
 SEARCH_ENV = "TRITON_DIST_AUTOTUNE_SEARCH"
@@ -64,11 +65,17 @@ def halving(request: Any, candidates: list, evaluate: Callable[[list], dict], sp
     """The built-in ``halving`` strategy (see the module's docstring)."""
     given = {id(c) for c in candidates}
     prior = [c for c in (getattr(request, "prior", None) or []) if id(c) in given]
-    if not prior and len(candidates) <= whole_limit():
-        return screen.survivors(evaluate(candidates))
-    position = {id(c): i for i, c in enumerate(candidates)}
-    cap, rng = budget(len(candidates)), random.Random(seed(request))
+    cap = budget(len(candidates))
     screened: dict = {}
+    if not prior and guided.usable(getattr(request, "ranking", None), candidates):
+        screened, trusted = guided.guided(request, candidates, evaluate, space, cap, BATCH)
+        if trusted or len(screened) >= cap:
+            return screen.survivors(screened)
+    if not prior and len(candidates) <= whole_limit():
+        screened.update(evaluate(candidates))
+        return screen.survivors(screened)
+    position = {id(c): i for i, c in enumerate(candidates)}
+    rng = random.Random(seed(request))
 
     def step(subset: list) -> None:
         subset = [c for c in dict.fromkeys(subset) if c not in screened][: max(0, cap - len(screened))]

@@ -158,10 +158,12 @@ class KernelStore:
         return found
 
     def store(self, key: Any, best: Any, timings: dict, failures: dict, measured: list, method: str,
-              bench_time: Optional[float], space: Optional[list] = None, notes: Optional[list] = None) -> Path:
+              bench_time: Optional[float], space: Optional[list] = None, notes: Optional[list] = None,
+              model: Optional[dict] = None, decision: Optional[dict] = None) -> Path:
         """Hand the entry to every store (``tdp_cache_put``); a store's ``OSError`` is raised after
         all. ``space``: every candidate's description (small spaces; for warm starts); ``notes``:
-        the tuning's notes (how long each step took; for the report)."""
+        the tuning's notes (how long each step took; for the report); ``model`` and ``decision``:
+        how the cost model did and how the pick was decided (``TuningRecord``'s fields)."""
         entry = self.entry(key)
         fully = {id(c) for c in measured}
         bus.cache_put(entry, {
@@ -171,6 +173,8 @@ class KernelStore:
                             "failure": failures.get(c), "measured": id(c) in fully} for c, t in timings.items()],
             **({"space": space} if space is not None else {}),
             **({"notes": [str(n)[:1000] for n in notes[:100]]} if notes else {}),
+            **({"model": dict(model)} if model else {}),
+            **({"decision": dict(decision)} if decision else {}),
         })
         return entry.path
 

@@ -121,6 +121,9 @@ def check(record: Any, kind: str) -> dict:
         else:
             _timing(c.get("ms"), f"{where}.ms")
             _number(c.get("index"), f"{where}.index", integer=True)
+    for name in ("model", "decision"):  # how the cost model and the final decision went (the report shows them)
+        if name in record:
+            _plain_dict(record[name], name)
     if kind == "kernel":
         if "space" in record:
             for i, d in enumerate(_list(record["space"], "space")):

@@ -1,0 +1,93 @@
+"""Picks that do not flip: finalists too close to call are measured again in interleaved rounds,
+and a tie goes to the first of them in the given order, whatever the noise; a clear winner is
+taken at once; a kernel's own ``do_bench`` decides as upstream. Real kernels run through the
+interpreter; a timing plugin gives known times with random noise on top."""
+
+import random
+
+import torch
+import triton
+from helpers import DEVICE
+from search_space import SPACE, copy
+
+from triton_dist_plugin import hookimpl, settle
+
+CANDIDATES = SPACE[:6]
+
+
+class Noisy:
+    """Times each candidate at ``base[i]`` ms (1.0 past the list) plus up to ``jitter`` of noise."""
+
+    def __init__(self, base, jitter, seed):
+        self.base, self.jitter, self.rng = base, jitter, random.Random(seed)
+        self.requests = []
+
+    @hookimpl(tryfirst=True)
+    def tdp_time_candidate(self, request):
+        request.call()
+        self.requests.append(request)
+        i = next(i for i, c in enumerate(CANDIDATES) if c is request.config)
+        return self.base[i] * (1 + self.rng.uniform(-self.jitter, self.jitter))
+
+
+def tune(plugins, recorder, timing, **kw):
+    plugins(timing)
+    kernel = triton.autotune(configs=CANDIDATES, key=["n"], **kw)(copy)
+    n = 300
+    x = torch.randn(n, device=DEVICE)
+    out = torch.zeros_like(x)
+    kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, out, n)
+    torch.testing.assert_close(out, x)
+    record = recorder.records[-1]
+    return kernel, record
+
+
+def test_a_tie_goes_to_the_first_in_the_given_order_whatever_the_noise(plugins, recorder, monkeypatch):
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_PERSIST", "0")
+    picks = set()
+    for seed in range(5):  # five processes' worth of noise: 0.4% apart, 0.5% of noise
+        timing = Noisy([2.0, 1.004, 2.0, 1.0, 2.0, 2.0], 0.005, seed)
+        kernel, record = tune(plugins, recorder, timing)
+        picks.add(str(kernel.best_config))
+        assert record.decision["tie"] and record.decision["rounds"] == settle.ROUNDS, record.decision
+        assert any(n.startswith("finalists within 1%") for n in record.notes), record.notes
+        # The rounds alternate which finalist runs first.
+        rounds = [str(r.config) for r in timing.requests if r.n_repeat == 3][-2 * settle.ROUNDS:]
+        firsts = {rounds[i] for i in range(0, len(rounds), 2)}
+        assert firsts == {str(CANDIDATES[1]), str(CANDIDATES[3])}, rounds
+    assert picks == {str(CANDIDATES[1])}
+
+
+def test_a_clear_winner_is_taken_at_once_and_its_margin_recorded(plugins, recorder):
+    timing = Noisy([2.0, 1.3, 2.0, 1.0, 2.0, 2.0], 0.0, 0)
+    kernel, record = tune(plugins, recorder, timing)
+    assert kernel.best_config is CANDIDATES[3]
+    assert record.decision == {"margin": 0.3, "noise": settle.UNKNOWN_NOISE, "rounds": 0, "confidence": 1.0,
+                               "tie": False}
+
+
+def test_a_real_gap_inside_the_noise_is_found_by_the_rounds(plugins, recorder, monkeypatch):
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_PERSIST", "0")
+    for seed in range(3):  # 3% apart under 4% of noise: close enough to measure again, then separated
+        timing = Noisy([2.0, 1.03, 2.0, 1.0, 2.0, 2.0], 0.04, seed)
+        kernel, record = tune(plugins, recorder, timing)
+        if record.decision["rounds"]:
+            assert kernel.best_config is CANDIDATES[3] and not record.decision["tie"], record.decision
+
+
+def test_a_kernels_own_do_bench_decides_by_its_minimum_as_upstream(plugins, recorder):
+    times = {id(c): t for c, t in zip(CANDIDATES, [2.0, 1.004, 2.0, 1.0, 2.0, 2.0])}
+    current = {}
+
+    class Spy:
+        @hookimpl(tryfirst=True)
+        def tdp_time_candidate(self, request):
+            current["config"] = request.config
+
+    def do_bench(fn, quantiles=None):
+        fn()
+        t = times[id(current["config"])] if "config" in current else 1.0
+        return [t, t, t]
+
+    kernel, record = tune(plugins, recorder, Spy(), do_bench=do_bench)
+    assert record.decision is None

@@ -1,0 +1,125 @@
+"""The cold first step of the built-in searches when a cost model has ranked the candidates
+(``request.ranking``: ``tdp_rank_candidates``, ``model.py``): compile the model's best few, climb
+from what measured best, and fall back to the model-free search whenever the model is not borne out.
+
+1. **Kept**: the model's best (predicted within ``BAND`` of its best), at least ``KEEP_MIN`` and at
+   most ``KEEP`` of the space (``KEEP_MAX`` of a large one), are compiled and screened in one wave.
+2. **Borne out?** The rank correlation between the predicted and the screened times of those kept
+   must reach ``RHO_MIN``; else the model is no guide for this kernel and the search goes on
+   without it (a small space is screened whole). If none of those kept worked, the next ranked
+   batch is compiled, until one does.
+3. **Climb**: the neighbours (one parameter one step away, ``space.py``) of the best ``LEADERS``
+   screened, but those the model predicts slower than ``1 + BAND`` times its prediction for the
+   best screened (or not to run), are compiled and screened, again and again, until no leader has
+   a neighbour left: a model that misjudges a parameter's best value is corrected here, one step
+   at a time.
+
+What is recorded (``request.model``): ``kept``, ``screened``, ``of``, ``rho``, ``trusted``, and
+``recall``: whether the best screened was among those kept (a miss means the climb found it).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Optional
+
+from .space import Space
+
+KEEP = 0.25  # the first step compiles at most this share of a space...
+KEEP_MIN = 8  # ...but at least this many...
+KEEP_MAX = 64  # ...and at most this many of a large one
+BAND = 0.5  # ...and fewer where only some are predicted within 1.5x of the best
+RHO_MIN = 0.3  # rank correlation between predicted and screened times below which the model is ignored
+LEADERS = 2  # the climb expands the neighbours of this many of the best screened
+
+
+def usable(ranking: Any, candidates: list) -> bool:
+    return isinstance(ranking, list) and len(ranking) == len(candidates) and \
+        any(math.isfinite(s) for s in ranking)
+
+
+def guided(request: Any, candidates: list, evaluate: Callable[[list], dict], space: Space,
+           cap: int, batch: int) -> tuple[dict, bool]:
+    """Screen the candidates as the module's docstring says: ``(screened, trusted)``; with
+    ``trusted`` False the caller goes on with its own search from what was screened."""
+    scores = request.ranking
+    position = {id(c): i for i, c in enumerate(candidates)}
+    order = sorted((i for i, s in enumerate(scores) if math.isfinite(s)), key=lambda i: (scores[i], i))
+    best = scores[order[0]]
+    within = sum(scores[i] <= best * (1 + BAND) for i in order)
+    keep = min(max(within, KEEP_MIN), max(KEEP_MIN, math.ceil(KEEP * len(candidates))), KEEP_MAX, cap)
+    screened: dict = {}
+
+    def step(subset: list) -> None:
+        subset = [c for c in dict.fromkeys(subset) if c not in screened][: max(0, cap - len(screened))]
+        if subset:
+            screened.update(evaluate(subset))
+
+    ranked_kept = [candidates[i] for i in order[:keep]]
+    step(ranked_kept)
+    at = keep
+    while not _ranked(screened) and at < len(order) and len(screened) < cap:  # none of them ran: the next few
+        step([candidates[i] for i in order[at:at + keep]])
+        at += keep
+    kept = {id(c) for c in screened}
+    rho = _spearman([scores[position[id(c)]] for c in screened], [t[0] for t in screened.values()])
+    trusted = rho is not None and rho >= RHO_MIN
+    if trusted:
+        while len(screened) < cap:
+            leaders = _ranked(screened)[:LEADERS]
+            # Not where the model, borne out so far, predicts far worse than the best measured.
+            bound = scores[position[id(leaders[0])]] * (1 + BAND) if leaders else math.inf
+            frontier = [candidates[j] for c in leaders for j in space.neighbours(position[id(c)])
+                        if candidates[j] not in screened and scores[j] <= bound]
+            if not frontier:
+                break
+            step(frontier[:batch])
+    leader = _ranked(screened)[:1]
+    request.model = {"kept": len(kept), "screened": len(screened), "of": len(candidates),
+                     "rho": None if rho is None else round(rho, 3), "trusted": trusted,
+                     "recall": bool(leader) and id(leader[0]) in kept}
+    request.notes.append(_note(request.model))
+    return screened, trusted
+
+
+def _note(model: dict) -> str:
+    rho = "n/a" if model["rho"] is None else f"{model['rho']:.2f}"
+    if not model["trusted"]:
+        return (f"cost model: kept {model['kept']} of {model['of']}, but its ranking did not match their times "
+                f"(rank correlation {rho}): searching without it")
+    found = "among them" if model["recall"] else "found by climbing from them (not among those kept)"
+    return (f"cost model: kept {model['kept']} of {model['of']} (rank correlation {rho}), climbed to "
+            f"{model['screened']}; the best screened was {found}")
+
+
+def _ranked(timings: dict) -> list:
+    order = {id(c): i for i, c in enumerate(timings)}
+    return sorted((c for c, t in timings.items() if math.isfinite(t[0])), key=lambda c: (timings[c][0], order[id(c)]))
+
+
+def _spearman(xs: list, ys: list) -> Optional[float]:
+    """The rank correlation of the pairs whose ``y`` is finite; None with fewer than four, or
+    when either side is constant."""
+    pairs = [(x, y) for x, y in zip(xs, ys) if math.isfinite(y) and math.isfinite(x)]
+    if len(pairs) < 4:
+        return None
+    rx, ry = _ranks([p[0] for p in pairs]), _ranks([p[1] for p in pairs])
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    vx, vy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
+    return cov / math.sqrt(vx * vy) if vx and vy else None
+
+
+def _ranks(values: list) -> list:
+    """Average ranks (ties share theirs)."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2
+        i = j + 1
+    return ranks

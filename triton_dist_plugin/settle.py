@@ -1,0 +1,80 @@
+"""Deciding between finalists too close to tell apart, the same way in every process.
+
+Two configs a fraction of a percent apart swap places from one run to the next: the last digit of
+a noisy median decides, and a process (or a rank) that picks the other one gets another tile order,
+hence other roundings, for no speed gained. So after the full measurement, the finalists within the
+noise of the best (``TIE``, or their own spread where that is wider) are measured again, in rounds
+that alternate their order (so that clocks and caches drifting during tuning favour none), and
+compared by their medians over the rounds. Those still within ``TIE`` of the fastest are a tie,
+and the tie goes to the first of them in the given order: the same in every process and on every
+rank, whatever the noise did.
+
+A pick is never slower than ``TIE`` against the fastest measured; what is recorded with it
+(``decision``) says by how much it won, how noisy the measurements were, how many rounds it took,
+and how often the pick came out fastest.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, Callable
+
+TIE = 0.01  # finalists within 1% of the fastest are too close to call
+NOISE_CAP = 0.05  # ...or within their own spread, up to 5%
+ROUNDS = 6  # interleaved rounds to separate them
+UNKNOWN_NOISE = 0.02  # the noise assumed of a timer that gives no spread
+
+
+def spread(timing: list) -> float:
+    """The relative width of ``[p50, p20, p80]`` (0 for a single value)."""
+    p50, p20, p80 = (list(timing) + [timing[0]] * 2)[:3]
+    return (p80 - p20) / p50 if p50 and math.isfinite(p50) and p80 >= p20 else 0.0
+
+
+def settle(valid: dict, order: list, measure: Callable[[list], dict]) -> tuple[Any, dict]:
+    """The pick among ``valid`` (``{config: [p50, p20, p80]}``, the finalists that ran) and its
+    ``decision``. ``order``: every candidate in the given order; ``measure(configs)`` times
+    those configs once each, in that order (reduced over the group: the same on every rank)."""
+    fastest = min(valid, key=lambda c: valid[c][0])
+    best = valid[fastest][0]
+    spreads = [spread(t) for t in valid.values()]
+    # A timer that answers one number says nothing of its noise: assume some.
+    noise = min(NOISE_CAP, max(spreads)) if any(spreads) else UNKNOWN_NOISE
+    close = [c for c in order if c in valid and valid[c][0] <= best * (1 + max(TIE, noise))]
+    if len(close) < 2:
+        others = [t[0] for c, t in valid.items() if c is not fastest]
+        margin = min(others) / best - 1 if others else math.inf
+        return fastest, _decision(margin, noise, 0, 1.0, False)
+    rounds: list = []
+    for i in range(ROUNDS):
+        timed = measure(close[i % len(close):] + close[: i % len(close)])  # each starts a round in turn
+        rounds.append({id(c): timed[c][0] for c in close})
+    medians = {id(c): statistics.median(r[id(c)] for r in rounds) for c in close}
+    ran = [c for c in close if math.isfinite(medians[id(c)])]
+    if not ran:  # they stopped working (another rank failed them, say): the full measurement stands
+        return fastest, _decision(math.inf, noise, len(rounds), 0.0, False)
+    top = min(medians[id(c)] for c in ran)
+    tied = [c for c in ran if medians[id(c)] <= top * (1 + TIE)]
+    pick = tied[0]  # the first in the given order: a stable rule, not the noise's choice
+    rivals = [medians[id(c)] for c in ran if c is not pick]
+    margin = min(rivals) / medians[id(pick)] - 1 if rivals else math.inf
+    won = sum(all(r[id(pick)] <= r[id(c)] * (1 + TIE) for c in ran if c is not pick) for r in rounds)
+    return pick, _decision(margin, noise, len(rounds), won / len(rounds), len(tied) > 1)
+
+
+def _decision(margin: float, noise: float, rounds: int, confidence: float, tie: bool) -> dict:
+    return {"margin": round(margin, 4) if math.isfinite(margin) else None, "noise": round(noise, 4),
+            "rounds": rounds, "confidence": round(confidence, 3), "tie": tie}
+
+
+def describe(decision: dict) -> str:
+    """The decision in a sentence, for the tuning's notes."""
+    margin = "no runner-up" if decision["margin"] is None else f"{decision['margin']:+.1%} for the runner-up"
+    if not decision["rounds"]:
+        return f"pick clear of the rest ({margin}; noise {decision['noise']:.1%})"
+    if decision["tie"]:
+        return (f"finalists within {TIE:.0%} after {decision['rounds']} interleaved rounds: a tie, given to the "
+                f"first of them in the given order ({margin}; noise {decision['noise']:.1%})")
+    return (f"pick separated in {decision['rounds']} interleaved rounds, fastest in {decision['confidence']:.0%} "
+            f"of them ({margin}; noise {decision['noise']:.1%})")
