@@ -59,7 +59,23 @@ def test_a_right_model_compiles_a_few_and_keeps_the_best(plugins, timed, recorde
     assert len(timed.screened()) <= 0.4 * len(SPACE), len(timed.screened())
     assert record.model["trusted"] and record.model["recall"] and record.model["of"] == len(SPACE)
     assert record.model["kept"] == guided.KEEP_MIN and record.model["screened"] == len(timed.screened())
-    assert any(n.startswith("cost model: kept 8 of 120") for n in record.notes), record.notes
+    assert any(n.startswith(f"cost model: kept {guided.KEEP_MIN} of 120") for n in record.notes), record.notes
+
+
+def test_the_report_shows_the_models_recall_from_the_stored_entry(plugins, timed, recorder, tmp_path):
+    import subprocess
+    import sys
+
+    plugins(Ranking(bowl))
+    tuned(recorder)
+    page = tmp_path / "report.html"
+    script = Path(sys.executable).with_name("triton-dist-tune")  # the installed console script
+    done = subprocess.run([str(script), "report", "-o", str(page)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    text = page.read_text()
+    assert f"<b>Cost model:</b> kept {guided.KEEP_MIN} of 120 candidates" in text
+    assert "the best screened was among them" in text and "<b>Decision:</b>" in text
 
 
 def test_a_model_wrong_about_one_parameter_is_corrected_by_climbing(plugins, timed, recorder):
@@ -77,6 +93,14 @@ def test_a_model_the_times_contradict_is_ignored_and_the_space_screened_whole(pl
     assert search.features_of(kernel.best_config) | BEST == search.features_of(kernel.best_config)
     assert not record.model["trusted"] and record.model["rho"] < guided.RHO_MIN
     assert len(timed.screened()) == len(SPACE)
+
+
+def test_a_model_that_ranks_the_best_region_low_costs_compiles_not_the_pick(plugins, timed, recorder):
+    # Believes the best is at BLOCK 512, and ranks every BLOCK 64 candidate (the true best's) low.
+    plugins(Ranking(lambda f: bowl(f, {**BEST, "BLOCK": 512}) if f["BLOCK"] != BEST["BLOCK"] else 5.0))
+    kernel, record = tuned(recorder)
+    assert search.features_of(kernel.best_config) | BEST == search.features_of(kernel.best_config)
+    assert not (record.model["trusted"] and record.model["recall"])  # the record owns up to the miss
 
 
 def test_candidates_predicted_not_to_run_are_never_compiled(plugins, timed, recorder):

@@ -93,6 +93,7 @@ def tuned(tmp_path, monkeypatch):
     manifest of a day before), and a function-level entry with long candidate descriptions."""
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_MODEL", "0")  # every candidate screened, the failing one too
     add = KERNELS["add"]
     x, y = add.make_inputs("tiny", DEVICE)
     configs = [triton.Config({"BLOCK": b}, num_warps=w) for b in (32, 64, 128, 256, 512) for w in (1, 2)]
@@ -164,6 +165,8 @@ def test_the_report_answers_why_this_pick_in_a_rendered_page(tuned, tmp_path):
     assert sum(c["text"] == "×" for c in screened["cells"]) == 1  # BLOCK=96: failed
     assert len({c["bg"] for c in screened["cells"] if "empty" not in c["cls"]}) >= 4
     assert "power of 2" in screened["text"]  # the failure's reason
+    # How the pick was decided among the finalists (test_model.py: how the cost model did).
+    assert "Decision: " in screened["text"], screened["text"][:3000]
     # How long each step took.
     assert {p["cls"].split()[1] for p in screened["phases"]} >= {"screening", "measuring"}
     assert all(p["width"] > 0 for p in screened["phases"])

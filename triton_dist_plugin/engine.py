@@ -79,15 +79,26 @@ class Screen:
     second_repeat: int = 25  # with more survivors than ``final_count``, a second, longer round...
     final_count: int = 2  # ...leaves this many for the full measurement...
     final_most: int = 4  # ...or up to this many, those within ``settle.TIE`` of the last of them
+    # Candidates a round cannot tell from its best (within these, or the best's own spread) are
+    # ranked by the given order, not by the round's noise, so that processes and ranks keep the
+    # same ones; a screening keeps up to ``tied_most`` of them for the longer round to separate.
+    screen_tie: float = 0.03
+    second_tie: float = 0.02
+    tied_most: int = 12
+    #: each candidate's place in the given order (``id`` -> position), set by ``run_candidates``
+    order: dict = field(default_factory=dict)
 
     def narrow(self, timings: dict) -> list:
         """The ``final_count`` best of the second round (by its median), and those too close to them
         to leave out on a short round's evidence."""
-        ranked = _ranked(timings)
-        kept = ranked[: self.final_count]
+        stable, _ = self._stable(timings, self.second_tie, self.second_repeat)
+        fastest = _ranked(timings)
+        # The first of those it cannot tell apart, in the given order, and the fastest by its times.
+        kept = list({id(r[2]): r for r in stable[: self.final_count] + fastest[: self.final_count]}.values())
         if kept:
-            edge = kept[-1][0] * (1 + settle.TIE)
-            kept += [r for r in ranked[self.final_count:] if r[0] <= edge][: self.final_most - len(kept)]
+            edge = max(t for t, _, _ in kept) * (1 + settle.TIE)
+            kept += [r for r in fastest if r[0] <= edge and all(r[2] is not k[2] for k in kept)][
+                : max(0, self.final_most - len(kept))]
         return [c for _, _, c in kept]
 
     def survivors(self, timings: dict) -> list:
@@ -97,7 +108,37 @@ class Screen:
         cap = max(self.keep_at_least, math.ceil(len(timings) * self.fraction))
         best = valid[0][0]
         near = [c for t, _, c in valid if t <= best * (1 + self.margin)]
-        return near[:cap] if len(near) >= self.keep_at_least else [c for _, _, c in valid[: self.keep_at_least]]
+        kept = near[:cap] if len(near) >= self.keep_at_least else [c for _, _, c in valid[: self.keep_at_least]]
+        # ...and the first in the given order of those the round cannot tell from its best, so that
+        # every process keeps them whatever the noise did (the longer rounds separate them).
+        stable, tied = self._stable(timings, self.screen_tie, self.n_repeat)
+        return list({id(c): c for c in kept + [c for _, _, c in stable[: min(tied, self.tied_most)]]}.values())
+
+    def band(self, timings: dict, tie: Optional[float] = None, runs: Optional[int] = None) -> float:
+        """How far apart (relative) two of a round's medians may be by noise alone: ``tie``, or
+        about 2.6 of the round's typical spreads (p80 - p20) over the square root of its runs."""
+        spreads = sorted(settle.spread(t) for t in timings.values() if math.isfinite(t[0]))
+        if not spreads:
+            return self.screen_tie if tie is None else tie
+        noise = 2.6 * spreads[len(spreads) // 2] / math.sqrt(runs or self.n_repeat)
+        return max(self.screen_tie if tie is None else tie, min(2 * settle.NOISE_CAP, noise))
+
+    def leaders(self, timings: dict) -> list:
+        """The screened candidates fastest first, those a screening cannot tell from the fastest
+        first and in the given order (a search that climbs from its leaders then takes the same
+        path in every process)."""
+        return [c for _, _, c in self._stable(timings, self.screen_tie, self.n_repeat)[0]]
+
+    def _stable(self, timings: dict, tie: float, runs: int) -> tuple[list, int]:
+        """``(median, position, config)`` fastest first, but those the round cannot tell from the
+        fastest first and in the given order; and how many those are."""
+        ranked = _ranked(timings)
+        if not ranked:
+            return ranked, 0
+        edge = ranked[0][0] * (1 + self.band(timings, tie, runs))
+        tied = sum(r[0] <= edge for r in ranked)
+        return sorted(ranked, key=lambda r: (0, self.order.get(id(r[2]), r[1]), 0.0) if r[0] <= edge
+                      else (1, 0, r[0])), tied
 
 
 def _ranked(timings: dict) -> list:
@@ -245,6 +286,7 @@ def run_candidates(
     # timings), never on what failed where, so the ranks of a group always take the same path.
     finalists = configs
     if screen is not None and len(configs) >= screen.min_candidates:
+        screen.order = {id(c): i for i, c in enumerate(configs)}
         screened: dict = {}
         space = Space(configs, features)
         early, hopeless = [0], [0]

@@ -5,13 +5,16 @@ a noisy median decides, and a process (or a rank) that picks the other one gets 
 hence other roundings, for no speed gained. So after the full measurement, the finalists within the
 noise of the best (``TIE``, or their own spread where that is wider) are measured again, in rounds
 that alternate their order (so that clocks and caches drifting during tuning favour none), and
-compared by their medians over the rounds. Those still within ``TIE`` of the fastest are a tie,
+compared by their medians over the rounds. Those still within ``TIE`` of the fastest (or within
+three standard errors of those medians, where the rounds vary more) are a tie,
 and the tie goes to the first of them in the given order: the same in every process and on every
 rank, whatever the noise did.
 
-A pick is never slower than ``TIE`` against the fastest measured; what is recorded with it
-(``decision``) says by how much it won, how noisy the measurements were, how many rounds it took,
-and how often the pick came out fastest.
+A pick is never slower than the fastest over the rounds by more than that band (``TIE`` where the
+rounds agree, ``NOISE_CAP`` at most); what is recorded with it (``decision``) says by how much it
+won, how noisy the measurements were, how many rounds it took, and how often the pick came out
+within the tie of every other. The earlier rounds (``engine.Screen``) let the given order decide
+among the candidates they cannot tell apart, too, so that the same ones reach this point.
 """
 
 from __future__ import annotations
@@ -55,12 +58,25 @@ def settle(valid: dict, order: list, measure: Callable[[list], dict]) -> tuple[A
     if not ran:  # they stopped working (another rank failed them, say): the full measurement stands
         return fastest, _decision(math.inf, noise, len(rounds), 0.0, False)
     top = min(medians[id(c)] for c in ran)
-    tied = [c for c in ran if medians[id(c)] <= top * (1 + TIE)]
+    # Too close to call: within TIE, or within three standard errors of the rounds' medians (the
+    # difference of two such medians varies by about 1.4 of them).
+    errors = sorted(_relative_error([r[id(c)] for r in rounds]) for c in ran)
+    error = errors[len(errors) // 2]
+    band = min(NOISE_CAP, max(TIE, 3 * error))
+    tied = [c for c in ran if medians[id(c)] <= top * (1 + band)]
     pick = tied[0]  # the first in the given order: a stable rule, not the noise's choice
     rivals = [medians[id(c)] for c in ran if c is not pick]
     margin = min(rivals) / medians[id(pick)] - 1 if rivals else math.inf
-    won = sum(all(r[id(pick)] <= r[id(c)] * (1 + TIE) for c in ran if c is not pick) for r in rounds)
+    won = sum(all(r[id(pick)] <= r[id(c)] * (1 + band) for c in ran if c is not pick) for r in rounds)
     return pick, _decision(margin, noise, len(rounds), won / len(rounds), len(tied) > 1)
+
+
+def _relative_error(times: list) -> float:
+    """The standard error of the mean of ``times``, relative to their median (0 with fewer than two)."""
+    finite = [t for t in times if math.isfinite(t)]
+    if len(finite) < 2:
+        return 0.0
+    return statistics.stdev(finite) / statistics.median(finite) / math.sqrt(len(finite))
 
 
 def _decision(margin: float, noise: float, rounds: int, confidence: float, tie: bool) -> dict:
@@ -69,12 +85,15 @@ def _decision(margin: float, noise: float, rounds: int, confidence: float, tie: 
 
 
 def describe(decision: dict) -> str:
-    """The decision in a sentence, for the tuning's notes."""
-    margin = "no runner-up" if decision["margin"] is None else f"{decision['margin']:+.1%} for the runner-up"
-    if not decision["rounds"]:
-        return f"pick clear of the rest ({margin}; noise {decision['noise']:.1%})"
-    if decision["tie"]:
-        return (f"finalists within {TIE:.0%} after {decision['rounds']} interleaved rounds: a tie, given to the "
-                f"first of them in the given order ({margin}; noise {decision['noise']:.1%})")
-    return (f"pick separated in {decision['rounds']} interleaved rounds, fastest in {decision['confidence']:.0%} "
-            f"of them ({margin}; noise {decision['noise']:.1%})")
+    """The decision in a sentence, for the tuning's notes and the report."""
+    margin = decision.get("margin")
+    margin = "no runner-up" if margin is None else f"{margin:+.1%} for the runner-up"
+    noise = f"noise {decision.get('noise', 0.0):.1%}"
+    rounds = decision.get("rounds", 0)
+    if not rounds:
+        return f"pick clear of the rest ({margin}; {noise})"
+    if decision.get("tie"):
+        return (f"finalists too close to call after {rounds} interleaved rounds: a tie, given to the first of "
+                f"them in the given order ({margin}; {noise})")
+    return (f"pick separated in {rounds} interleaved rounds, ahead in {decision.get('confidence', 0.0):.0%} of "
+            f"them ({margin}; {noise})")

@@ -166,10 +166,11 @@ def _judged(record: dict) -> str:
             parts.append(("Cost model", f"its ranking did not match the times of the {model['kept']} it kept (rank "
                                         f"correlation {rho}), so the search went on without it"))
     decision = record.get("decision") if isinstance(record.get("decision"), dict) else {}
-    numbers = all(isinstance(decision.get(k), (int, float)) and not isinstance(decision.get(k), bool)
+    decision = {k: decision.get(k) for k in ("margin", "noise", "rounds", "confidence", "tie")}
+    numbers = all(isinstance(decision[k], (int, float)) and not isinstance(decision[k], bool)
                   for k in ("noise", "rounds", "confidence"))
-    if numbers and isinstance(decision.get("tie"), bool) and \
-            (decision.get("margin") is None or isinstance(decision.get("margin"), (int, float))):
+    if numbers and isinstance(decision["tie"], bool) and \
+            (decision["margin"] is None or isinstance(decision["margin"], (int, float))):
         parts.append(("Decision", settle.describe(decision)))
     return "".join(f"<p class=\"origin\"><b>{label}:</b> {esc(text)}</p>" for label, text in parts)
 

@@ -4,13 +4,14 @@ from what measured best, and fall back to the model-free search whenever the mod
 
 1. **Kept**: the model's best (predicted within ``BAND`` of its best), at least ``KEEP_MIN`` and at
    most ``KEEP`` of the space (``KEEP_MAX`` of a large one), are compiled and screened in one wave.
-2. **Borne out?** The rank correlation between the predicted and the screened times of those kept
-   must reach ``RHO_MIN``; else the model is no guide for this kernel and the search goes on
-   without it (a small space is screened whole). If none of those kept worked, the next ranked
-   batch is compiled, until one does.
+2. **Borne out?** ``PROBES`` candidates from across the rest of the ranking are screened in the
+   same wave. The rank correlation between the predicted and the screened times of all of them
+   must reach ``RHO_MIN``, and no probe may beat the best of those kept; else the model is no
+   guide for this kernel and the search goes on without it (a small space is screened whole). If
+   none of those kept worked, the next ranked batch is compiled, until one does.
 3. **Climb**: the neighbours (one parameter one step away, ``space.py``) of the best ``LEADERS``
-   screened, but those the model predicts slower than ``1 + BAND`` times its prediction for the
-   best screened (or not to run), are compiled and screened, again and again, until no leader has
+   screened, but those the model predicts slower than ``1 + CLIMB_BAND`` times its prediction for
+   the best screened (spills) or not to run, are compiled and screened, again and again, until no leader has
    a neighbour left: a model that misjudges a parameter's best value is corrected here, one step
    at a time.
 
@@ -26,11 +27,13 @@ from typing import Any, Callable, Optional
 from .space import Space
 
 KEEP = 0.25  # the first step compiles at most this share of a space...
-KEEP_MIN = 8  # ...but at least this many...
+KEEP_MIN = 6  # ...but at least this many...
 KEEP_MAX = 64  # ...and at most this many of a large one
 BAND = 0.5  # ...and fewer where only some are predicted within 1.5x of the best
 RHO_MIN = 0.3  # rank correlation between predicted and screened times below which the model is ignored
 LEADERS = 2  # the climb expands the neighbours of this many of the best screened
+CLIMB_BAND = 2.0  # the climb skips neighbours predicted over 3x slower than the best measured (spills)
+PROBES = 4  # candidates from across the rest of the ranking, screened beside those kept to judge the model
 
 
 def usable(ranking: Any, candidates: list) -> bool:
@@ -39,9 +42,11 @@ def usable(ranking: Any, candidates: list) -> bool:
 
 
 def guided(request: Any, candidates: list, evaluate: Callable[[list], dict], space: Space,
-           cap: int, batch: int) -> tuple[dict, bool]:
+           cap: int, batch: int, screen: Any = None) -> tuple[dict, bool]:
     """Screen the candidates as the module's docstring says: ``(screened, trusted)``; with
-    ``trusted`` False the caller goes on with its own search from what was screened."""
+    ``trusted`` False the caller goes on with its own search from what was screened. ``screen``
+    (the engine's ``Screen``) orders the leaders the climb starts from."""
+    leaders_of = screen.leaders if screen is not None and hasattr(screen, "leaders") else _ranked
     scores = request.ranking
     position = {id(c): i for i, c in enumerate(candidates)}
     order = sorted((i for i, s in enumerate(scores) if math.isfinite(s)), key=lambda i: (scores[i], i))
@@ -55,31 +60,55 @@ def guided(request: Any, candidates: list, evaluate: Callable[[list], dict], spa
         if subset:
             screened.update(evaluate(subset))
 
-    ranked_kept = [candidates[i] for i in order[:keep]]
-    step(ranked_kept)
+    rest = order[keep:]
+    # Probes: a few from across the rest of the ranking, compiled in the same wave, so that the model
+    # is judged on the whole range it predicts (the best few are often too close to rank).
+    # Not the very end: the worst-ranked are those predicted to spill, and compile for many seconds.
+    probes = [candidates[rest[len(rest) * (j + 1) // (PROBES + 1)]] for j in range(PROBES)] if rest else []
+    probes = list({id(c): c for c in probes}.values())
+    step([candidates[i] for i in order[:keep]] + probes)
     at = keep
     while not _ranked(screened) and at < len(order) and len(screened) < cap:  # none of them ran: the next few
         step([candidates[i] for i in order[at:at + keep]])
         at += keep
-    kept = {id(c) for c in screened}
+    probed = {id(c) for c in probes}
+    kept = {id(c) for c in screened if id(c) not in probed}
     rho = _spearman([scores[position[id(c)]] for c in screened], [t[0] for t in screened.values()])
-    trusted = rho is not None and rho >= RHO_MIN
+    tolerance = screen.band(screened, tie=0.0) if screen is not None and hasattr(screen, "band") else 0.0
+    trusted = _borne_out([t[0] for c, t in screened.items() if id(c) in kept],
+                         [t[0] for c, t in screened.items() if id(c) in probed], rho, tolerance)
     if trusted:
         while len(screened) < cap:
-            leaders = _ranked(screened)[:LEADERS]
+            leaders = leaders_of(screened)[:LEADERS]
             # Not where the model, borne out so far, predicts far worse than the best measured.
-            bound = scores[position[id(leaders[0])]] * (1 + BAND) if leaders else math.inf
+            bound = scores[position[id(leaders[0])]] * (1 + CLIMB_BAND) if leaders else math.inf
             frontier = [candidates[j] for c in leaders for j in space.neighbours(position[id(c)])
                         if candidates[j] not in screened and scores[j] <= bound]
             if not frontier:
                 break
             step(frontier[:batch])
-    leader = _ranked(screened)[:1]
+    leader = leaders_of(screened)[:1]
     request.model = {"kept": len(kept), "screened": len(screened), "of": len(candidates),
                      "rho": None if rho is None else round(rho, 3), "trusted": trusted,
                      "recall": bool(leader) and id(leader[0]) in kept}
     request.notes.append(_note(request.model))
     return screened, trusted
+
+
+def _borne_out(kept: list, probes: list, rho: Optional[float], tolerance: float = 0.0) -> bool:
+    """The model's best few are faster than the rest it was probed on: no probe beats the best of
+    those kept, and the kept are faster at the median, by more than ``tolerance`` (the screening's
+    noise: the verdict must not flip with it). Among the best few alone, times are often too close
+    for their order to say anything; without probes (a space barely larger than those kept), the
+    rank correlation decides."""
+    kept = sorted(t for t in kept if math.isfinite(t))
+    probes = sorted(t if math.isfinite(t) else math.inf for t in probes)
+    if not kept:
+        return False
+    if not probes:
+        return rho is not None and rho >= RHO_MIN
+    slack = 1 + tolerance
+    return kept[0] <= probes[0] * slack and kept[len(kept) // 2] <= probes[len(probes) // 2] * slack
 
 
 def _note(model: dict) -> str:

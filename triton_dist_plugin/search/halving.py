@@ -68,7 +68,7 @@ def halving(request: Any, candidates: list, evaluate: Callable[[list], dict], sp
     cap = budget(len(candidates))
     screened: dict = {}
     if not prior and guided.usable(getattr(request, "ranking", None), candidates):
-        screened, trusted = guided.guided(request, candidates, evaluate, space, cap, BATCH)
+        screened, trusted = guided.guided(request, candidates, evaluate, space, cap, BATCH, screen)
         if trusted or len(screened) >= cap:
             return screen.survivors(screened)
     if not prior and len(candidates) <= whole_limit():

@@ -32,8 +32,10 @@ MODEL_ENV = "TRITON_DIST_AUTOTUNE_MODEL"
 WARPS_PER_CORE = 64  # resident warps per SM (Hopper, Ampere); a proxy for lanes per core elsewhere
 REGISTERS = 65536  # 32-bit registers per SM
 SPILL_REGS = 255  # accumulator registers per thread past which a tile spills: far slower, and slow to compile
-THREAD_ELEMS = 16  # elements per thread a memory-bound block handles comfortably (vector loads, few registers)
-PROGRAM_COST = 512  # elements' worth of fixed cost per program (launch, index math, the tail of a wave)
+VECTOR = 4  # elements per thread below which a memory-bound block leaves lanes and vector width idle
+HELD = 32  # elements per thread above which a block no longer sits in registers
+PROGRAM_COST = 512  # elements' worth of fixed cost per program step (index math, masks, the loop)
+IN_FLIGHT = 8192  # bytes a core must have in flight to keep its share of memory bandwidth busy
 
 
 @dataclass
@@ -47,6 +49,7 @@ class Problem:
     onchip: int  # shared memory (CUDA) or unified buffer (Ascend) per program, in bytes
     warps: bool = True  # the backend schedules warps (not Ascend, not the interpreter)
     defaults: dict = field(default_factory=dict)  # num_warps, num_stages when a config leaves them out
+    fixed: dict = field(default_factory=dict)  # tiling parameters the launch itself sets, with their values
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -70,13 +73,15 @@ def problem_of(request: Any) -> Optional[Problem]:
     except Exception:  # no source (a built kernel), an unknown device: nothing to model
         return None
     nargs = {**(request.nargs or {}), **(request.kwargs or {})}
-    tiles = {}
+    tiles, fixed = {}, {}
     for name, tile in an.tiles.items():
         extent = nargs.get(tile.extent) if tile.extent else None
         tiles[name] = [tile.role, int(extent) if type(extent) is int and extent > 0 else None, tile.dims]
+        if type(nargs.get(name)) is int and nargs[name] > 0:  # a block the launch sizes, not the configs
+            fixed[name] = nargs[name]
     sizes = [a.element_size() for a in nargs.values() if hasattr(a, "element_size") and hasattr(a, "dtype")]
     return Problem(tiles, an.uses_dot, max(sizes) if sizes else 4, hw.cores, hw.onchip_bytes, bool(hw.warps),
-                   {"num_warps": 4, "num_stages": 3 if hw.backend == "cuda" else 1})
+                   {"num_warps": 4, "num_stages": 3 if hw.backend == "cuda" else 1}, fixed)
 
 
 def cost(problem: Problem, features: dict) -> float:
@@ -114,17 +119,22 @@ def cost(problem: Problem, features: dict) -> float:
         occupancy = max(1, min(problem.onchip // max(1, smem), WARPS_PER_CORE // warps,
                                REGISTERS // max(1, threads * (max(regs, 32) + 32))))
         return per_program / _wave_fill(programs, problem.cores, occupancy)
-    elems = math.prod(blocks.values()) if blocks else 0
-    if not elems:
+    if not blocks:
         return math.nan  # nothing placed: the model has no opinion
+    elems = math.prod({**problem.fixed, **blocks}.values())  # what one program holds per step
     per_thread = elems / threads
     work = padded * (1 + PROGRAM_COST / elems)
-    if per_thread < THREAD_ELEMS / 4:  # short vectors: more instructions per byte
-        work *= 1 + 0.1 * (THREAD_ELEMS / 4 / per_thread)
-    elif per_thread > 4 * THREAD_ELEMS:  # a block held in registers spills
-        work *= per_thread / (4 * THREAD_ELEMS)
-    occupancy = max(1, WARPS_PER_CORE // warps) if problem.warps else 1
-    return work / _wave_fill(programs, problem.cores, min(occupancy, 8))
+    if per_thread < VECTOR:  # short vectors, idle lanes: more instructions per byte
+        work *= math.sqrt(VECTOR / per_thread)
+    elif per_thread > HELD:  # more than a thread's registers comfortably hold: spills
+        work *= (per_thread / HELD) ** 0.7
+    occupancy = min(max(1, WARPS_PER_CORE // warps), 32) if problem.warps else 1
+    resident = occupancy if programs <= 1 and not any(r == "program" for r, _, _ in problem.tiles.values()) \
+        else min(occupancy, programs / problem.cores)
+    waves = math.ceil(programs / (problem.cores * occupancy))
+    tail = programs / (waves * problem.cores * occupancy) if waves > 1 else 1.0
+    in_flight = min(1.0, resident * elems * problem.elem / IN_FLIGHT)  # bytes each core has asked for at once
+    return work / (in_flight * tail)
 
 
 def _wave_fill(programs: float, cores: int, occupancy: int) -> float:
