@@ -1,5 +1,8 @@
 """The built-in ``halving`` search (``TRITON_DIST_AUTOTUNE_SEARCH=halving``, the default), and the
-knobs every built-in search shares (see ``search.py`` for the hook and the strategies' contract).
+knobs every built-in search shares (see ``strategy.py`` for the hook and the strategies' contract).
+
+A cold key whose candidates a cost model ranked (``request.ranking``) takes the guided first step
+of ``guided.py``; what follows is what it falls back to when the model is not borne out or abstains.
 
 A space of at most ``TRITON_DIST_AUTOTUNE_SEARCH_WHOLE`` candidates with no tuned key nearby is
 screened whole, its candidates compiled up front in parallel. A larger one is never compiled

@@ -8,9 +8,10 @@ fastest (the pick is always among the fully measured). Strategies must decide on
 ``evaluate`` returned (the same on every rank) and seeded randomness, so that every rank of a
 group follows the same path.
 
-Built in (``TRITON_DIST_AUTOTUNE_SEARCH``): ``halving``, the default (``halving.py``: small spaces
-screened whole, large ones searched from a sample along neighbours, warm starts from the nearest
-tuned key), and ``optuna`` (``search_optuna.py``: optuna's TPE sampler proposes each batch).
+Built in (``TRITON_DIST_AUTOTUNE_SEARCH``): ``halving``, the default (``halving.py``: a cold key
+guided by the cost model's ranking (``model.py``, ``guided.py``), else small spaces screened whole
+and large ones searched from a sample along neighbours; warm starts from the nearest tuned key),
+and ``optuna`` (``tpe.py``: optuna's TPE sampler proposes each batch, without the model).
 """
 
 from __future__ import annotations
