@@ -91,8 +91,8 @@ class Screen:
     def narrow(self, timings: dict) -> list:
         """The ``final_count`` best of the second round (by its median), and those too close to them
         to leave out on a short round's evidence."""
-        stable, _ = self._stable(timings, self.second_tie, self.second_repeat)
         fastest = _ranked(timings)
+        stable, _ = self._stable(fastest, timings, self.second_tie, self.second_repeat)
         # The first of those it cannot tell apart, in the given order, and the fastest by its times.
         kept = list({id(r[2]): r for r in stable[: self.final_count] + fastest[: self.final_count]}.values())
         if kept:
@@ -111,28 +111,28 @@ class Screen:
         kept = near[:cap] if len(near) >= self.keep_at_least else [c for _, _, c in valid[: self.keep_at_least]]
         # ...and the first in the given order of those the round cannot tell from its best, so that
         # every process keeps them whatever the noise did (the longer rounds separate them).
-        stable, tied = self._stable(timings, self.screen_tie, self.n_repeat)
+        stable, tied = self._stable(valid, timings, self.screen_tie, self.n_repeat)
         return list({id(c): c for c in kept + [c for _, _, c in stable[: min(tied, self.tied_most)]]}.values())
 
     def band(self, timings: dict, tie: Optional[float] = None, runs: Optional[int] = None) -> float:
         """How far apart (relative) two of a round's medians may be by noise alone: ``tie``, or
         about 2.6 of the round's typical spreads (p80 - p20) over the square root of its runs."""
+        floor = self.screen_tie if tie is None else tie
         spreads = sorted(settle.spread(t) for t in timings.values() if math.isfinite(t[0]))
         if not spreads:
-            return self.screen_tie if tie is None else tie
+            return floor
         noise = 2.6 * spreads[len(spreads) // 2] / math.sqrt(runs or self.n_repeat)
-        return max(self.screen_tie if tie is None else tie, min(2 * settle.NOISE_CAP, noise))
+        return max(floor, min(2 * settle.NOISE_CAP, noise))
 
     def leaders(self, timings: dict) -> list:
         """The screened candidates fastest first, those a screening cannot tell from the fastest
         first and in the given order (a search that climbs from its leaders then takes the same
         path in every process)."""
-        return [c for _, _, c in self._stable(timings, self.screen_tie, self.n_repeat)[0]]
+        return [c for _, _, c in self._stable(_ranked(timings), timings, self.screen_tie, self.n_repeat)[0]]
 
-    def _stable(self, timings: dict, tie: float, runs: int) -> tuple[list, int]:
-        """``(median, position, config)`` fastest first, but those the round cannot tell from the
-        fastest first and in the given order; and how many those are."""
-        ranked = _ranked(timings)
+    def _stable(self, ranked: list, timings: dict, tie: float, runs: int) -> tuple[list, int]:
+        """``ranked`` (``_ranked(timings)``: ``(median, position, config)``, fastest first), but those
+        the round cannot tell from the fastest first and in the given order; and how many those are."""
         if not ranked:
             return ranked, 0
         edge = ranked[0][0] * (1 + self.band(timings, tie, runs))
@@ -185,9 +185,7 @@ def _scores(candidates: list) -> Callable[[Any], list]:
             raise TypeError(f"expected a list of {len(candidates)} numbers, one per candidate")
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in result):
             raise TypeError("expected numbers (a predicted time per candidate; inf: predicted not to run)")
-        finite = [float(v) for v in result if math.isfinite(v)]
-        worst = max(finite) if finite else math.inf
-        return [worst if math.isnan(v) else float(v) for v in result]
+        return model.unknown_last(list(result))
 
     return check
 

@@ -5,15 +5,16 @@ from what measured best, and fall back to the model-free search whenever the mod
 1. **Kept**: the model's best (predicted within ``BAND`` of its best), at least ``KEEP_MIN`` and at
    most ``KEEP`` of the space (``KEEP_MAX`` of a large one), are compiled and screened in one wave.
 2. **Borne out?** ``PROBES`` candidates from across the rest of the ranking are screened in the
-   same wave. The rank correlation between the predicted and the screened times of all of them
-   must reach ``RHO_MIN``, and no probe may beat the best of those kept; else the model is no
-   guide for this kernel and the search goes on without it (a small space is screened whole). If
-   none of those kept worked, the next ranked batch is compiled, until one does.
+   same wave. No probe may beat the best of those kept, and those kept must be faster than the
+   probes at the median, by more than the screening's noise (without probes, the rank correlation
+   of the predicted and screened times must reach ``RHO_MIN``); else the model is no guide for this
+   kernel and the search goes on without it (a small space is screened whole). If none of those
+   kept worked, the next ranked batch is compiled, until one does.
 3. **Climb**: the neighbours (one parameter one step away, ``space.py``) of the best ``LEADERS``
    screened, but those the model predicts slower than ``1 + CLIMB_BAND`` times its prediction for
-   the best screened (spills) or not to run, are compiled and screened, again and again, until no leader has
-   a neighbour left: a model that misjudges a parameter's best value is corrected here, one step
-   at a time.
+   the best screened (spills) or not to run, are compiled and screened, again and again, until no
+   leader has a neighbour left: a model that misjudges a parameter's best value is corrected
+   here, one step at a time.
 
 What is recorded (``request.model``): ``kept``, ``screened``, ``of``, ``rho``, ``trusted``, and
 ``recall``: whether the best screened was among those kept (a miss means the climb found it).
@@ -42,11 +43,11 @@ def usable(ranking: Any, candidates: list) -> bool:
 
 
 def guided(request: Any, candidates: list, evaluate: Callable[[list], dict], space: Space,
-           cap: int, batch: int, screen: Any = None) -> tuple[dict, bool]:
+           cap: int, batch: int, screen: Any) -> tuple[dict, bool]:
     """Screen the candidates as the module's docstring says: ``(screened, trusted)``; with
     ``trusted`` False the caller goes on with its own search from what was screened. ``screen``
-    (the engine's ``Screen``) orders the leaders the climb starts from."""
-    leaders_of = screen.leaders if screen is not None and hasattr(screen, "leaders") else _ranked
+    (the engine's ``Screen``) orders the leaders the climb starts from and tells the screening's
+    noise."""
     scores = request.ranking
     position = {id(c): i for i, c in enumerate(candidates)}
     order = sorted((i for i, s in enumerate(scores) if math.isfinite(s)), key=lambda i: (scores[i], i))
@@ -68,18 +69,18 @@ def guided(request: Any, candidates: list, evaluate: Callable[[list], dict], spa
     probes = list({id(c): c for c in probes}.values())
     step([candidates[i] for i in order[:keep]] + probes)
     at = keep
-    while not _ranked(screened) and at < len(order) and len(screened) < cap:  # none of them ran: the next few
+    while not screen.leaders(screened) and at < len(order) and len(screened) < cap:  # none of them ran: the next few
         step([candidates[i] for i in order[at:at + keep]])
         at += keep
     probed = {id(c) for c in probes}
     kept = {id(c) for c in screened if id(c) not in probed}
     rho = _spearman([scores[position[id(c)]] for c in screened], [t[0] for t in screened.values()])
-    tolerance = screen.band(screened, tie=0.0) if screen is not None and hasattr(screen, "band") else 0.0
+    tolerance = screen.band(screened, tie=0.0)
     trusted = _borne_out([t[0] for c, t in screened.items() if id(c) in kept],
                          [t[0] for c, t in screened.items() if id(c) in probed], rho, tolerance)
     if trusted:
         while len(screened) < cap:
-            leaders = leaders_of(screened)[:LEADERS]
+            leaders = screen.leaders(screened)[:LEADERS]
             # Not where the model, borne out so far, predicts far worse than the best measured.
             bound = scores[position[id(leaders[0])]] * (1 + CLIMB_BAND) if leaders else math.inf
             frontier = [candidates[j] for c in leaders for j in space.neighbours(position[id(c)])
@@ -87,7 +88,7 @@ def guided(request: Any, candidates: list, evaluate: Callable[[list], dict], spa
             if not frontier:
                 break
             step(frontier[:batch])
-    leader = leaders_of(screened)[:1]
+    leader = screen.leaders(screened)[:1]
     request.model = {"kept": len(kept), "screened": len(screened), "of": len(candidates),
                      "rho": None if rho is None else round(rho, 3), "trusted": trusted,
                      "recall": bool(leader) and id(leader[0]) in kept}
@@ -119,11 +120,6 @@ def _note(model: dict) -> str:
     found = "among them" if model["recall"] else "found by climbing from them (not among those kept)"
     return (f"cost model: kept {model['kept']} of {model['of']} (rank correlation {rho}), climbed to "
             f"{model['screened']}; the best screened was {found}")
-
-
-def _ranked(timings: dict) -> list:
-    order = {id(c): i for i, c in enumerate(timings)}
-    return sorted((c for c, t in timings.items() if math.isfinite(t[0])), key=lambda c: (timings[c][0], order[id(c)]))
 
 
 def _spearman(xs: list, ys: list) -> Optional[float]:

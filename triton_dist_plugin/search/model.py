@@ -157,8 +157,15 @@ def rank(problem: Problem, candidates: list) -> Optional[list]:
     known = {round(s, 9) for s in scores if not math.isnan(s)}
     if len(known) < 2 or sum(not math.isnan(s) for s in scores) < len(scores) / 2:
         return None
-    worst = max(s for s in scores if math.isfinite(s)) if any(math.isfinite(s) for s in scores) else 1.0
-    return [worst if math.isnan(s) else s for s in scores]  # unplaced: last among those predicted to run
+    return unknown_last(scores)
+
+
+def unknown_last(scores: list) -> list:
+    """``scores`` with each NaN (no opinion) made the worst finite score: last among those predicted
+    to run (``inf`` where none is predicted to run)."""
+    finite = [s for s in scores if math.isfinite(s)]
+    worst = max(finite) if finite else math.inf
+    return [worst if math.isnan(s) else float(s) for s in scores]
 
 
 class BuiltinModel:
