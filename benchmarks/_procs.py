@@ -89,6 +89,21 @@ def call_child(script: str, name: str, env: dict, timeout: float, cwd: Optional[
     return result_of(proc.stdout), proc
 
 
+def run_fresh(script: str, name: str, plugin: Optional[bool] = None, extra: Optional[dict] = None,
+              timeout: float = 300, **dirs: Optional[str]) -> dict:
+    """``child_<name>`` of ``script`` in a fresh process whose caches are its own (``fresh_env``; ``dirs``:
+    its ``triton_dir``/``plugin_dir`` instead), with ``extra`` in its environment: its result, or
+    ``{"error": ...}`` when it printed none or ran past ``timeout`` seconds."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as cache:
+        try:
+            data, proc = call_child(script, name, fresh_env(cache, plugin, extra, **dirs), timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"error": f"did not finish within {timeout:.0f}s"}
+        return data if data is not None else {"error": last_stderr_line(proc)[:300]}
+
+
 def serve(namespace: dict) -> bool:
     """In a child that ``call_child`` started: import the plugin where ``TDP_PLUGIN=1``, run the script's
     ``child_<name>()`` (from ``namespace``, its ``globals()``) and print its result line; True. Else False."""

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 
 from _common import config_dict, launch_meta, save_results
-from _procs import call_child, fresh_env, last_stderr_line, serve
+from _procs import run_fresh, serve
 from _search import SHAPE, large_space
 
 BEST = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 4}
@@ -86,15 +84,6 @@ def child_large() -> dict:
     return _first(large_space())
 
 
-def run(name: str, plugin: bool, extra: dict | None = None) -> dict:
-    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as cache:
-        try:
-            data, proc = call_child(__file__, name, fresh_env(cache, plugin, extra), timeout=300)
-        except subprocess.TimeoutExpired:
-            return {"error": "did not finish within 300s"}
-        return data if data is not None else {"error": last_stderr_line(proc)[:300]}
-
-
 def main() -> None:
     if serve(globals()):
         return
@@ -109,7 +98,7 @@ def main() -> None:
     for part in parts:
         for rep in range(reps):
             for side, plugin, extra in sides[part]:
-                got = run(part, plugin, extra)
+                got = run_fresh(__file__, part, plugin, extra)
                 results.setdefault(part, {}).setdefault(side, []).append(got)
                 print(part, side, rep, json.dumps(got)[:400], flush=True)
                 save_results("model_h200.json", results)

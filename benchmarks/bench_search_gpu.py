@@ -29,12 +29,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
 from _common import ROOT, collect_notes, config_dict, save_results, timed_call
-from _procs import call_child, fresh_env, last_stderr_line, serve
+from _procs import run_fresh, serve
 from _search import SECOND, SHAPE, TRUTH, careful, inputs, large_space
 
 RESULTS = ROOT / "benchmarks" / "results" / "search_h200.json"
@@ -163,13 +162,7 @@ def child_large_second() -> dict:
 
 def run_child(name: str, env: dict | None = None, plugin: bool = True, plugin_dir: str | None = None,
               triton_dir: str | None = None) -> dict:
-    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as cache:
-        full = fresh_env(cache, plugin, env, triton_dir=triton_dir, plugin_dir=plugin_dir)
-        try:
-            data, proc = call_child(__file__, name, full, timeout=300)
-        except subprocess.TimeoutExpired:
-            return {"error": "did not finish within 300s"}
-        return data if data is not None else {"error": last_stderr_line(proc)[:300]}
+    return run_fresh(__file__, name, plugin, env, triton_dir=triton_dir, plugin_dir=plugin_dir)
 
 
 def main() -> None:
