@@ -27,7 +27,8 @@ The kernels below are plain functions at module level (their sources are what ``
 and the plugin's source analysis read); ``triton.jit`` is applied when a kernel is first built, so
 importing this module imports neither torch nor Triton. With ``TDP_SUITE_TINY=1`` (or
 ``cases(tiny=True)``) every case has interpreter-sized inputs and five configs of its space, for
-``TRITON_INTERPRET=1`` on a CPU; otherwise a case needs a CUDA GPU and says so when built.
+``TRITON_INTERPRET=1`` on a CPU; otherwise a case needs a CUDA GPU and says so when built. Matmul
+and LayerNorm are the kernels of ``kernels/`` (imported when first built).
 """
 
 from __future__ import annotations
@@ -85,33 +86,6 @@ def suite_softmax_kernel(out_ptr, in_ptr, in_stride, out_stride, n_rows, n_cols,
         tl.store(out_row + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def suite_layernorm_kernel(x_ptr, y_ptr, w_ptr, b_ptr, stride, M, N, eps, BLOCK_N: tl.constexpr):
-    # One program per row, three passes over it: mean, variance, normalise.
-    row = tl.program_id(0)
-    x_row = x_ptr + row * stride
-    y_row = y_ptr + row * stride
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for off in range(0, N, BLOCK_N):
-        cols = off + tl.arange(0, BLOCK_N)
-        acc += tl.load(x_row + cols, mask=cols < N, other=0.0).to(tl.float32)
-    mean = tl.sum(acc, axis=0) / N
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for off in range(0, N, BLOCK_N):
-        cols = off + tl.arange(0, BLOCK_N)
-        x = tl.load(x_row + cols, mask=cols < N, other=0.0).to(tl.float32)
-        x = tl.where(cols < N, x - mean, 0.0)
-        acc += x * x
-    rstd = 1 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
-    for off in range(0, N, BLOCK_N):
-        cols = off + tl.arange(0, BLOCK_N)
-        mask = cols < N
-        w = tl.load(w_ptr + cols, mask=mask).to(tl.float32)
-        b = tl.load(b_ptr + cols, mask=mask).to(tl.float32)
-        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-        y = (x - mean) * rstd * w + b
-        tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
-
-
 def suite_rowsum_kernel(x_ptr, out_ptr, M, N, stride_m, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # BLOCK_M rows per program, walked BLOCK_N columns at a time into a 2-D accumulator.
     pid = tl.program_id(0)
@@ -162,12 +136,9 @@ def launch_softmax(kernel, x, **meta):
 
 
 def launch_layernorm(kernel, x, w, b, **meta):
-    import torch
+    from kernels.layernorm import layernorm
 
-    y = torch.empty_like(x)
-    M, N = x.shape
-    kernel[(M,)](x, y, w, b, x.stride(0), M, N, 1e-5, **meta)
-    return y
+    return layernorm(kernel, x, w, b, **meta)
 
 
 def launch_rowsum(kernel, x, **meta):
@@ -251,9 +222,9 @@ def ref_softmax(x):
 
 
 def ref_layernorm(x, w, b):
-    import torch
+    from kernels.layernorm import reference_layernorm
 
-    return torch.nn.functional.layer_norm(x.float(), x.shape[-1:], w.float(), b.float(), 1e-5).to(x.dtype)
+    return reference_layernorm(x, w, b)
 
 
 def ref_rowsum(x):
@@ -324,7 +295,7 @@ def space_transpose() -> list:
 @dataclass(frozen=True)
 class Kernel:
     name: str
-    fn: Optional[Callable]  # the plain kernel function here, None for the matmul of ``kernels/``
+    fn: Any  # the plain kernel function here, or ``"module:name"`` of a jit kernel of ``kernels/``
     space: Callable[[], list]
     key: tuple  # the autotune key: the shape arguments
     launch: Callable
@@ -337,10 +308,11 @@ class Kernel:
     def jit(self):
         """The plain ``@triton.jit`` kernel (decorated once per process)."""
         triton = _triton()
-        if self.fn is None:
-            from kernels.matmul import matmul_kernel
+        if isinstance(self.fn, str):
+            import importlib
 
-            return matmul_kernel
+            module, name = self.fn.split(":")
+            return getattr(importlib.import_module(module), name)
         if self.fn.__name__ not in _JITS:
             _JITS[self.fn.__name__] = triton.jit(self.fn)
         return _JITS[self.fn.__name__]
@@ -351,8 +323,10 @@ _MATMUL_SHAPES = (("4096x4096x4096", (4096, 4096, 4096), "fp16"), ("512x4096x409
 _MATMUL_TINY = (("64x48x80", (64, 48, 80), "fp32"), ("16x72x40", (16, 72, 40), "fp32"),
                 ("96x32x48", (96, 32, 48), "fp32"), ("24x24x24", (24, 24, 24), "fp16"))
 
+_MATMUL = "kernels.matmul:matmul_kernel"
+
 KERNELS: dict = {k.name: k for k in (
-    Kernel("matmul", None, space_matmul, ("M", "N", "K"), launch_matmul, inputs_matmul, ref_matmul,
+    Kernel("matmul", _MATMUL, space_matmul, ("M", "N", "K"), launch_matmul, inputs_matmul, ref_matmul,
            _MATMUL_SHAPES, _MATMUL_TINY, tol=(1e-2, 0.25)),
     Kernel("add", suite_add_kernel, space_add, ("n",), launch_add, inputs_add, ref_add,
            (("2^16", (2**16,), "fp16"), ("2^20", (2**20,), "fp16"), ("2^26", (2**26,), "fp16")),
@@ -360,7 +334,8 @@ KERNELS: dict = {k.name: k for k in (
     Kernel("softmax", suite_softmax_kernel, space_softmax, ("n_rows", "n_cols"), launch_softmax, inputs_rows,
            ref_softmax, (("8192x3000 fp32", (8192, 3000), "fp32"), ("4096x16384 fp16", (4096, 16384), "fp16")),
            (("6x700 fp32", (6, 700), "fp32"), ("3x1300 fp16", (3, 1300), "fp16")), tol=(1e-3, 1e-4)),
-    Kernel("layernorm", suite_layernorm_kernel, space_layernorm, ("M", "N"), launch_layernorm, inputs_layernorm,
+    Kernel("layernorm", "kernels.layernorm:layernorm_kernel", space_layernorm, ("N",), launch_layernorm,
+           inputs_layernorm,
            ref_layernorm, (("8192x4096", (8192, 4096), "fp16"), ("2048x12288", (2048, 12288), "fp16")),
            (("6x700", (6, 700), "fp16"), ("3x1300", (3, 1300), "fp16"))),
     Kernel("rowsum", suite_rowsum_kernel, space_rowsum, ("M", "N"), launch_rowsum, inputs_rows, ref_rowsum,
@@ -369,7 +344,7 @@ KERNELS: dict = {k.name: k for k in (
     Kernel("transpose", suite_transpose_kernel, space_transpose, ("M", "N"), launch_transpose, inputs_rows,
            ref_transpose, (("8192x8192", (8192, 8192), "fp16"), ("16384x2048", (16384, 2048), "fp16")),
            (("40x72", (40, 72), "fp16"), ("130x20", (130, 20), "fp16")), tol=(0.0, 0.0)),
-    Kernel("matmul_large", None, space_matmul_large, ("M", "N", "K"), launch_matmul, inputs_matmul, ref_matmul,
+    Kernel("matmul_large", _MATMUL, space_matmul_large, ("M", "N", "K"), launch_matmul, inputs_matmul, ref_matmul,
            (_MATMUL_SHAPES[0],), (("64x64x64", (64, 64, 64), "fp32"),), tol=(1e-2, 0.25)),
 )}
 
