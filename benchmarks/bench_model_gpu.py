@@ -1,6 +1,7 @@
 """The cost model on a GPU: first calls against upstream, and the 1,152-config space, judged by CUPTI.
 
-    python benchmarks/bench_model_gpu.py [first] [large] [--reps N]   (default: both, 3 reps)
+    python benchmarks/bench_model_gpu.py [first] [large] [--reps N] [--sides model,upstream,no_model]
+    (default: both parts, 3 reps, every side)
 
 Every run is a fresh process with empty Triton and plugin caches; the sides alternate within each rep.
 
@@ -89,7 +90,8 @@ def main() -> None:
         return
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 3
-    args = [a for a in args if not a.isdigit()]
+    only = sys.argv[sys.argv.index("--sides") + 1].split(",") if "--sides" in sys.argv else None
+    args = [a for a in args if not a.isdigit() and (only is None or a != ",".join(only))]
     parts = args or ["first", "large"]
     sides = {"first": [("model", True, None), ("upstream", False, None),
                        ("no_model", True, {"TRITON_DIST_AUTOTUNE_MODEL": "0"})],
@@ -98,6 +100,8 @@ def main() -> None:
     for part in parts:
         for rep in range(reps):
             for side, plugin, extra in sides[part]:
+                if only is not None and side not in only:
+                    continue
                 got = run_fresh(__file__, part, plugin, extra)
                 results.setdefault(part, {}).setdefault(side, []).append(got)
                 print(part, side, rep, json.dumps(got)[:400], flush=True)

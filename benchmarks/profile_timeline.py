@@ -23,12 +23,13 @@ from _common import collect_notes  # noqa: E402
 
 import triton_dist_plugin  # noqa: E402,F401
 from kernels import KERNELS  # noqa: E402
-from triton_dist_plugin import engine, timing  # noqa: E402
+from triton_dist_plugin import engine, settle, timing  # noqa: E402
 from triton_dist_plugin.compiling import (
     forked_compile,  # noqa: E402
     precompile,  # noqa: E402
 )
 from triton_dist_plugin.patched import launch, tuning  # noqa: E402
+from triton_dist_plugin.search import guided, model  # noqa: E402
 from triton_dist_plugin.store import persist  # noqa: E402
 
 # A step is wrapped where it is looked up: split_launch in both modules (tune's call and isolation's).
@@ -37,7 +38,8 @@ STEPS = [(launch, "tune"), (launch, "select_configs"), (tuning, "warm_start"), (
          (launch._compat, "active_device"),
          (precompile, "warm_all"), (forked_compile, "caches_ready"), (forked_compile, "_in_processes"),
          (engine, "_round"), (engine, "run_candidates"), (tuning, "_persist"), (persist.KernelStore, "read"),
-         (timing, "resolve_method"), (engine, "record"), (precompile, "warm_one")]
+         (timing, "resolve_method"), (engine, "record"), (precompile, "warm_one"), (model, "rank"),
+         (guided, "guided"), (settle, "settle")]
 events: list = []
 origin = [0.0]
 

@@ -85,8 +85,21 @@ class Screen:
     screen_tie: float = 0.03
     second_tie: float = 0.02
     tied_most: int = 12
+    # With settling to follow (``settle.py``: the close finalists are measured again, interleaved),
+    # the full measurement need not be the benchmarker's 25 + 100 ms: each finalist runs about
+    # ``full_ms`` worth of calls, counted from its earlier rounds (``full_runs``).
+    full_ms: float = 25.0
     #: each candidate's place in the given order (``id`` -> position), set by ``run_candidates``
     order: dict = field(default_factory=dict)
+
+    def full_runs(self, timings: dict, finalists: list) -> tuple[Optional[int], Optional[int]]:
+        """``(n_warmup, n_repeat)`` for the finalists' full measurement: about ``full_ms`` of the
+        fastest of their earlier times (at least 10 runs, at most 1000); ``(None, None)`` (the
+        benchmarker's own budget) where none was timed yet."""
+        times = [timings[c][0] for c in finalists if c in timings and 0 < timings[c][0] < math.inf]
+        if not times or not self.full_ms:
+            return None, None
+        return 5, max(10, min(1000, round(self.full_ms / min(times))))
 
     def narrow(self, timings: dict) -> list:
         """The ``final_count`` best of the second round (by its median), and those too close to them
@@ -340,9 +353,13 @@ def run_candidates(
         request.notes.append(f"{note}; measuring the best {len(finalists)} fully")
     ready_up(finalists)
     started = time.perf_counter()
-    final, failed = _round(request, finalists, calls, method, do_bench, n_warmup, n_repeat, group, on_candidate)
+    full = (n_warmup, n_repeat)
+    if settled and do_bench is None and screen is not None and method != "wall" and full == (None, None):
+        full = screen.full_runs(timings, finalists)
+    final, failed = _round(request, finalists, calls, method, do_bench, *full, group, on_candidate)
     if finalists is not configs:
-        request.notes.append(f"measured {len(finalists)} finalists in {time.perf_counter() - started:.2f}s")
+        runs = f" ({full[1]} runs each)" if full != (n_warmup, n_repeat) else ""
+        request.notes.append(f"measured {len(finalists)} finalists{runs} in {time.perf_counter() - started:.2f}s")
     timings.update(final)
     failures.update(failed)
     timings = {c: timings[c] for c in configs if c in timings}

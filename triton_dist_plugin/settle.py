@@ -5,7 +5,8 @@ a noisy median decides, and a process (or a rank) that picks the other one gets 
 hence other roundings, for no speed gained. So after the full measurement, the finalists within the
 noise of the best (``TIE``, or their own spread where that is wider) are measured again, in rounds
 that alternate their order (so that clocks and caches drifting during tuning favour none), and
-compared by their medians over the rounds. Those still within ``TIE`` of the fastest (or within
+compared by their medians over the rounds: ``ROUNDS`` of them, or only ``ROUNDS_LEAST`` where
+those already leave no other pick possible. Those still within ``TIE`` of the fastest (or within
 three standard errors of those medians, where the rounds vary more) are a tie,
 and the tie goes to the first of them in the given order: the same in every process and on every
 rank, whatever the noise did.
@@ -25,7 +26,8 @@ from typing import Any, Callable
 
 TIE = 0.01  # finalists within 1% of the fastest are too close to call
 NOISE_CAP = 0.05  # ...or within their own spread, up to 5%
-ROUNDS = 6  # interleaved rounds to separate them
+ROUNDS = 6  # interleaved rounds to separate them...
+ROUNDS_LEAST = 3  # ...or this many, once no more could change the pick (``_decided``)
 UNKNOWN_NOISE = 0.02  # the noise assumed of a timer that gives no spread
 
 
@@ -53,22 +55,48 @@ def settle(valid: dict, order: list, measure: Callable[[list], dict]) -> tuple[A
     for i in range(ROUNDS):
         timed = measure(close[i % len(close):] + close[: i % len(close)])  # each starts a round in turn
         rounds.append({id(c): timed[c][0] for c in close})
+        verdict = _verdict(close, rounds)
+        if verdict is None:  # they stopped working (another rank failed them, say): the full measurement stands
+            return fastest, _decision(math.inf, noise, len(rounds), 0.0, False)
+        if len(rounds) >= ROUNDS_LEAST and _decided(close, rounds, *verdict):
+            break
+    pick, medians, band, tied = verdict
+    rivals = [medians[id(c)] for c in close if c is not pick and id(c) in medians]
+    margin = min(rivals) / medians[id(pick)] - 1 if rivals else math.inf
+    won = _won(pick, close, medians, band, rounds)
+    return pick, _decision(margin, noise, len(rounds), won / len(rounds), len(tied) > 1)
+
+
+def _verdict(close: list, rounds: list):
+    """``(pick, medians, band, tied)`` over the rounds so far (``medians``: ``id`` -> median over
+    the rounds, of those that ran), or None when none ran."""
     medians = {id(c): statistics.median(r[id(c)] for r in rounds) for c in close}
     ran = [c for c in close if math.isfinite(medians[id(c)])]
-    if not ran:  # they stopped working (another rank failed them, say): the full measurement stands
-        return fastest, _decision(math.inf, noise, len(rounds), 0.0, False)
-    top = min(medians[id(c)] for c in ran)
+    if not ran:
+        return None
+    medians = {id(c): medians[id(c)] for c in ran}
+    top = min(medians.values())
     # Too close to call: within TIE, or within three standard errors of the rounds' medians (the
     # difference of two such medians varies by about 1.4 of them).
     errors = sorted(_relative_error([r[id(c)] for r in rounds]) for c in ran)
-    error = errors[len(errors) // 2]
-    band = min(NOISE_CAP, max(TIE, 3 * error))
+    band = min(NOISE_CAP, max(TIE, 3 * errors[len(errors) // 2]))
     tied = [c for c in ran if medians[id(c)] <= top * (1 + band)]
-    pick = tied[0]  # the first in the given order: a stable rule, not the noise's choice
-    rivals = [medians[id(c)] for c in ran if c is not pick]
-    margin = min(rivals) / medians[id(pick)] - 1 if rivals else math.inf
-    won = sum(all(r[id(pick)] <= r[id(c)] * (1 + band) for c in ran if c is not pick) for r in rounds)
-    return pick, _decision(margin, noise, len(rounds), won / len(rounds), len(tied) > 1)
+    return tied[0], medians, band, tied  # the first in the given order: a stable rule, not the noise's choice
+
+
+def _won(pick: Any, close: list, medians: dict, band: float, rounds: list) -> int:
+    """The rounds in which ``pick`` came out within the band of every other that ran."""
+    others = [id(c) for c in close if c is not pick and id(c) in medians]
+    return sum(all(r[id(pick)] <= r[i] * (1 + band) for i in others) for r in rounds)
+
+
+def _decided(close: list, rounds: list, pick: Any, medians: dict, band: float, tied: list) -> bool:
+    """Whether more rounds could hardly change the pick: it was within the band of every other in
+    every round (none later in the given order can overtake it), and each of those before it in
+    the given order is slower by over twice the band (none can join a tie and take it)."""
+    before = [id(c) for c in close[: close.index(pick)] if id(c) in medians]
+    return _won(pick, close, medians, band, rounds) == len(rounds) and \
+        all(medians[i] > medians[id(pick)] * (1 + 2 * band) for i in before)
 
 
 def _relative_error(times: list) -> float:

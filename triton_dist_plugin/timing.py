@@ -127,8 +127,11 @@ def bench_event(
     return _quantiles([s.elapsed_time(e) for s, e in zip(starts, ends)], quantiles)
 
 
-#: Device cycles to keep the device busy for, per timed call, before a short timed loop.
+#: Device cycles to keep the device busy for, per timed call, before a short timed loop...
 RUN_AHEAD_CYCLES = 400_000  # about 0.2 ms at Hopper's clock
+#: ...for at most this many calls: once the host is that far ahead it stays ahead, since each
+#: timed call's L2 flush alone keeps the device busier than the host's queuing of the next.
+RUN_AHEAD_MOST = 16
 
 
 def _run_ahead(mod, n: int) -> None:
@@ -141,7 +144,7 @@ def _run_ahead(mod, n: int) -> None:
     """
     sleep = getattr(mod, "_sleep", None)  # torch.cuda._sleep; absent elsewhere
     if sleep is not None:
-        sleep(RUN_AHEAD_CYCLES * n)
+        sleep(RUN_AHEAD_CYCLES * min(n, RUN_AHEAD_MOST))
 
 
 def bench_cudagraph(
