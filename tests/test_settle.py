@@ -176,7 +176,7 @@ class Counted:
         return self.base[CANDIDATES.index(request.config)]
 
 
-def run_on_a_device(plugins, base, **kw):
+def run_on_a_device(plugins, base, launches=None, **kw):
     """The engine as a device tuning runs it (the ``event`` method, as on a GPU), each candidate a
     real interpreted launch; the counts each of its timings was asked for."""
     timing = Counted(base)
@@ -185,8 +185,13 @@ def run_on_a_device(plugins, base, **kw):
     x = torch.randn(n, device=DEVICE)
     out = torch.zeros_like(x)
 
+    counted = {} if launches is None else launches
+
     def make_call(config):
-        return lambda: copy[(triton.cdiv(n, config.kwargs["BLOCK"]),)](x, out, n, **config.kwargs)
+        def call():
+            counted[id(config)] = counted.get(id(config), 0) + 1
+            copy[(triton.cdiv(n, config.kwargs["BLOCK"]),)](x, out, n, **config.kwargs)
+        return call
 
     outcome = engine.run_candidates(TuningRequest("copy", (n,), "cuda"), CANDIDATES, make_call, method="event",
                                     screen=engine.Screen(), **kw)
@@ -194,23 +199,30 @@ def run_on_a_device(plugins, base, **kw):
     return outcome, timing.asked
 
 
-def test_with_settling_to_follow_the_full_measurement_lasts_about_full_ms(plugins):
+def test_with_settling_to_follow_a_warm_up_then_a_full_measurement_of_about_full_ms(plugins):
     base = [2.0, 0.19, 2.0, 0.2, 2.0, 2.0]
-    outcome, asked = run_on_a_device(plugins, base)
+    launches: dict = {}
+    outcome, asked = run_on_a_device(plugins, base, launches=launches)
     full = [a for a in asked if a[0] in outcome.measured and a[1:] not in ((1, 5), (1, 25), (3, 25))]
     runs = round(25.0 / 0.19)
-    assert {a[1:] for a in full} == {(5, runs)} and len(full) == len(outcome.measured), asked
+    assert {a[1:] for a in full} == {(runs // 4, runs)} and len(full) == len(outcome.measured), asked
+    # Before the longer rounds, the fastest screened ran about 25 ms worth, untimed (a warm-up).
+    fastest = CANDIDATES[1]
+    assert launches[id(fastest)] - sum(a[0] is fastest for a in asked) == runs, launches
+    assert all(launches[id(c)] == sum(a[0] is c for a in asked) for c in CANDIDATES if c is not fastest)
     # Bounds: a long kernel still runs 10 times, a tiny one at most 1000.
     assert engine.Screen().full_runs({"a": [50.0] * 3}, ["a"]) == (5, 10)
-    assert engine.Screen().full_runs({"a": [0.001] * 3}, ["a"]) == (5, 1000)
+    assert engine.Screen().full_runs({"a": [0.001] * 3}, ["a"]) == (250, 1000)
     assert engine.Screen().full_runs({}, ["a"]) == (None, None)  # nothing timed yet: the benchmarker's own
 
 
 def test_without_settling_or_with_a_do_bench_the_full_measurement_is_the_benchmarkers(plugins):
     base = [2.0, 0.19, 2.0, 0.2, 2.0, 2.0]
-    outcome, asked = run_on_a_device(plugins, base, settled=False)
+    launches: dict = {}
+    outcome, asked = run_on_a_device(plugins, base, launches=launches, settled=False)
     # The finalists' last timing is the full one, on the benchmarker's own budget; nothing else ran.
     last = {id(a[0]): a[1:] for a in asked}
     assert outcome.measured and all(last[id(c)] == (None, None) for c in outcome.measured), asked
     assert {a[1:] for a in asked} <= {(1, 5), (1, 25), (None, None)}, asked
+    assert all(launches[id(c)] == sum(a[0] is c for a in asked) for c in CANDIDATES), launches  # no warm-up
 

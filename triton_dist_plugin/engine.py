@@ -89,6 +89,10 @@ class Screen:
     # the full measurement need not be the benchmarker's 25 + 100 ms: each finalist runs about
     # ``full_ms`` worth of calls, counted from its earlier rounds (``full_runs``).
     full_ms: float = 25.0
+    # ...and before the longer rounds, the device is kept busy for about ``warm_ms`` (the fastest
+    # screened, run untimed): it idled through the compiles at a low clock, and one that speeds up,
+    # or throttles, under load would otherwise favour whichever finalist ran first.
+    warm_ms: float = 25.0
     #: each candidate's place in the given order (``id`` -> position), set by ``run_candidates``
     order: dict = field(default_factory=dict)
 
@@ -99,7 +103,20 @@ class Screen:
         times = [timings[c][0] for c in finalists if c in timings and 0 < timings[c][0] < math.inf]
         if not times or not self.full_ms:
             return None, None
-        return 5, max(10, min(1000, round(self.full_ms / min(times))))
+        runs = max(10, min(1000, round(self.full_ms / min(times))))
+        return max(5, runs // 4), runs
+
+    def warm_up(self, calls: dict, timings: dict, finalists: list) -> None:
+        """Run the fastest of ``finalists`` for about ``warm_ms`` (by its screening time), untimed."""
+        timed = [c for c in finalists if c in calls and 0 < timings.get(c, INF3)[0] < math.inf]
+        if not timed or not self.warm_ms:
+            return
+        fastest = min(timed, key=lambda c: timings[c][0])
+        try:
+            for _ in range(max(1, min(1000, round(self.warm_ms / timings[fastest][0])))):
+                calls[fastest]()
+        except Exception:  # it ran before; if it fails now, its own timing says so
+            pass
 
     def narrow(self, timings: dict) -> list:
         """The ``final_count`` best of the second round (by its median), and those too close to them
@@ -296,6 +313,10 @@ def run_candidates(
     # Every decision below depends only on what every rank shares (the candidates and the reduced
     # timings), never on what failed where, so the ranks of a group always take the same path.
     finalists = configs
+    # Settling follows (a device, the plugin's own timing and counts): the longer rounds may be
+    # shorter than the benchmarker's, after a warm-up (``Screen.full_ms``, ``Screen.warm_ms``).
+    steady = settled and do_bench is None and screen is not None and method != "wall" and \
+        (n_warmup, n_repeat) == (None, None)
     if screen is not None and len(configs) >= screen.min_candidates:
         screen.order = {id(c): i for i, c in enumerate(configs)}
         screened: dict = {}
@@ -341,6 +362,8 @@ def run_candidates(
         note = f"screened {len(screened)} of {len(configs)} candidates in {time.perf_counter() - start:.2f}s"
         if early[0] or hopeless[0]:
             note += f" ({early[0]} as they compiled; {hopeless[0]} left uncompiled as hopeless)"
+        if steady:
+            screen.warm_up(calls, timings, finalists)
         if len(finalists) > screen.final_count:
             started = time.perf_counter()
             second, failed = _round(request, finalists, calls, method, None, screen.n_warmup, screen.second_repeat,
@@ -353,9 +376,7 @@ def run_candidates(
         request.notes.append(f"{note}; measuring the best {len(finalists)} fully")
     ready_up(finalists)
     started = time.perf_counter()
-    full = (n_warmup, n_repeat)
-    if settled and do_bench is None and screen is not None and method != "wall" and full == (None, None):
-        full = screen.full_runs(timings, finalists)
+    full = screen.full_runs(timings, finalists) if steady else (n_warmup, n_repeat)
     final, failed = _round(request, finalists, calls, method, do_bench, *full, group, on_candidate)
     if finalists is not configs:
         runs = f" ({full[1]} runs each)" if full != (n_warmup, n_repeat) else ""

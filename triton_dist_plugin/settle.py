@@ -12,7 +12,7 @@ and the tie goes to the first of them in the given order: the same in every proc
 rank, whatever the noise did.
 
 A pick is never slower than the fastest over the rounds by more than that band (``TIE`` where the
-rounds agree, ``NOISE_CAP`` at most); what is recorded with it (``decision``) says by how much it
+rounds agree, ``TIE_MOST`` at most); what is recorded with it (``decision``) says by how much it
 won, how noisy the measurements were, how many rounds it took, and how often the pick came out
 within the tie of every other. The earlier rounds (``engine.Screen``) let the given order decide
 among the candidates they cannot tell apart, too, so that the same ones reach this point.
@@ -25,7 +25,8 @@ import statistics
 from typing import Any, Callable
 
 TIE = 0.01  # finalists within 1% of the fastest are too close to call
-NOISE_CAP = 0.05  # ...or within their own spread, up to 5%
+NOISE_CAP = 0.05  # ...or within their own spread, up to 5%, are measured again...
+TIE_MOST = 0.02  # ...and a tie after those rounds is never wider than this, whatever their noise
 ROUNDS = 6  # interleaved rounds to separate them...
 ROUNDS_LEAST = 3  # ...or this many, once no more could change the pick (``_decided``)
 UNKNOWN_NOISE = 0.02  # the noise assumed of a timer that gives no spread
@@ -79,7 +80,7 @@ def _verdict(close: list, rounds: list):
     # Too close to call: within TIE, or within three standard errors of the rounds' medians (the
     # difference of two such medians varies by about 1.4 of them).
     errors = sorted(_relative_error([r[id(c)] for r in rounds]) for c in ran)
-    band = min(NOISE_CAP, max(TIE, 3 * errors[len(errors) // 2]))
+    band = min(TIE_MOST, max(TIE, 3 * errors[len(errors) // 2]))
     tied = [c for c in ran if medians[id(c)] <= top * (1 + band)]
     return tied[0], medians, band, tied  # the first in the given order: a stable rule, not the noise's choice
 
