@@ -100,18 +100,17 @@ class Screen:
         """``(n_warmup, n_repeat)`` for the finalists' full measurement: about ``full_ms`` of the
         fastest of their earlier times (at least 10 runs, at most 1000); ``(None, None)`` (the
         benchmarker's own budget) where none was timed yet."""
-        times = [timings[c][0] for c in finalists if c in timings and 0 < timings[c][0] < math.inf]
-        if not times or not self.full_ms:
+        fastest = _fastest(timings, finalists)
+        if fastest is None or not self.full_ms:
             return None, None
-        runs = max(10, min(1000, round(self.full_ms / min(times))))
+        runs = max(10, min(1000, round(self.full_ms / timings[fastest][0])))
         return max(5, runs // 4), runs
 
     def warm_up(self, calls: dict, timings: dict, finalists: list) -> None:
         """Run the fastest of ``finalists`` for about ``warm_ms`` (by its screening time), untimed."""
-        timed = [c for c in finalists if c in calls and 0 < timings.get(c, INF3)[0] < math.inf]
-        if not timed or not self.warm_ms:
+        fastest = _fastest(timings, finalists)  # timed, so it has a call
+        if fastest is None or not self.warm_ms:
             return
-        fastest = min(timed, key=lambda c: timings[c][0])
         try:
             for _ in range(max(1, min(1000, round(self.warm_ms / timings[fastest][0])))):
                 calls[fastest]()
@@ -169,6 +168,12 @@ class Screen:
         tied = sum(r[0] <= edge for r in ranked)
         return sorted(ranked, key=lambda r: (0, self.order.get(id(r[2]), r[1]), 0.0) if r[0] <= edge
                       else (1, 0, r[0])), tied
+
+
+def _fastest(timings: dict, configs: list) -> Any:
+    """The one of ``configs`` with the smallest positive finite time in ``timings``, or None."""
+    timed = [c for c in configs if c in timings and 0 < timings[c][0] < math.inf]
+    return min(timed, key=lambda c: timings[c][0]) if timed else None
 
 
 def _ranked(timings: dict) -> list:

@@ -59,7 +59,7 @@ def settle(valid: dict, order: list, measure: Callable[[list], dict]) -> tuple[A
         verdict = _verdict(close, rounds)
         if verdict is None:  # they stopped working (another rank failed them, say): the full measurement stands
             return fastest, _decision(math.inf, noise, len(rounds), 0.0, False)
-        if len(rounds) >= ROUNDS_LEAST and _decided(close, rounds, *verdict):
+        if len(rounds) >= ROUNDS_LEAST and _decided(close, rounds, *verdict[:3]):
             break
     pick, medians, band, tied = verdict
     rivals = [medians[id(c)] for c in close if c is not pick and id(c) in medians]
@@ -91,7 +91,7 @@ def _won(pick: Any, close: list, medians: dict, band: float, rounds: list) -> in
     return sum(all(r[id(pick)] <= r[i] * (1 + band) for i in others) for r in rounds)
 
 
-def _decided(close: list, rounds: list, pick: Any, medians: dict, band: float, tied: list) -> bool:
+def _decided(close: list, rounds: list, pick: Any, medians: dict, band: float) -> bool:
     """Whether more rounds could hardly change the pick: it was within the band of every other in
     every round (none later in the given order can overtake it), and each of those before it in
     the given order is slower by over twice the band (none can join a tie and take it)."""
