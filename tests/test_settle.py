@@ -176,10 +176,11 @@ class Counted:
         return self.base[CANDIDATES.index(request.config)]
 
 
-def run_on_a_device(plugins, base, launches=None, **kw):
+def run_on_a_device(plugins, base, launches=None, request=None, **kw):
     """The engine as a device tuning runs it (the ``event`` method, as on a GPU), each candidate a
-    real interpreted launch; the counts each of its timings was asked for."""
-    timing = Counted(base)
+    real interpreted launch; the counts each of its timings was asked for. ``base``: the times, or
+    a ``Counted`` timing plugin."""
+    timing = base if isinstance(base, Counted) else Counted(base)
     plugins(timing)
     n = 300
     x = torch.randn(n, device=DEVICE)
@@ -193,8 +194,8 @@ def run_on_a_device(plugins, base, launches=None, **kw):
             copy[(triton.cdiv(n, config.kwargs["BLOCK"]),)](x, out, n, **config.kwargs)
         return call
 
-    outcome = engine.run_candidates(TuningRequest("copy", (n,), "cuda"), CANDIDATES, make_call, method="event",
-                                    screen=engine.Screen(), **kw)
+    outcome = engine.run_candidates(request or TuningRequest("copy", (n,), "cuda"), CANDIDATES, make_call,
+                                    method="event", screen=engine.Screen(), **kw)
     torch.testing.assert_close(out, x)
     return outcome, timing.asked
 
@@ -204,8 +205,11 @@ def test_with_settling_to_follow_a_warm_up_then_a_full_measurement_of_about_full
     launches: dict = {}
     outcome, asked = run_on_a_device(plugins, base, launches=launches)
     full = [a for a in asked if a[0] in outcome.measured and a[1:] not in ((1, 5), (1, 25), (3, 25))]
-    runs = round(25.0 / 0.19)
-    assert {a[1:] for a in full} == {(runs // 4, runs)} and len(full) == len(outcome.measured), asked
+    runs = round(25.0 / 0.19)  # 132: 4 interleaved rounds of 33, the first after the whole warm-up
+    assert len(outcome.measured) == 2
+    assert [a[1:] for a in full] == [(runs // 4, runs // 4)] * 2 + [(runs // 16, runs // 4)] * 6, asked
+    # ...each round started by the next finalist in turn
+    assert [a[0] for a in full] == [outcome.measured[i % 2] for i in (0, 1, 1, 0, 0, 1, 1, 0)]
     # Before the longer rounds, the fastest screened ran about 25 ms worth, untimed (a warm-up).
     fastest = CANDIDATES[1]
     assert launches[id(fastest)] - sum(a[0] is fastest for a in asked) == runs, launches
@@ -214,6 +218,52 @@ def test_with_settling_to_follow_a_warm_up_then_a_full_measurement_of_about_full
     assert engine.Screen().full_runs({"a": [50.0] * 3}, ["a"]) == (5, 10)
     assert engine.Screen().full_runs({"a": [0.001] * 3}, ["a"]) == (250, 1000)
     assert engine.Screen().full_runs({}, ["a"]) == (None, None)  # nothing timed yet: the benchmarker's own
+
+
+class Drifting(Counted):
+    """A device whose clock ramps up under sustained load (none such is here; the launches are
+    real): from the full measurement on (more than 25 runs at a time), every run timed so far
+    changes the time of the next by ``drift``, relative."""
+
+    def __init__(self, base, drift):
+        super().__init__(base)
+        self.drift, self.runs = drift, 0
+
+    @hookimpl(tryfirst=True)
+    def tdp_time_candidate(self, request):
+        base = super().tdp_time_candidate(request)
+        if not request.n_repeat or request.n_repeat <= 25:
+            return base
+        runs = request.n_warmup + request.n_repeat
+        self.runs += runs
+        return base * (1 + self.drift * (self.runs - runs / 2))
+
+
+def test_a_clock_that_drifts_under_load_favours_no_finalist(plugins, recorder):
+    # The fastest (2.5% ahead) is measured first; one finalist after another, the clock would have
+    # sped up by about 5% by the time the other runs: the rounds of the full measurement take turns.
+    request = TuningRequest("copy", (300,), "cuda")
+    timing = Drifting([2.0, 0.2, 2.0, 0.195, 2.0, 2.0], drift=-0.0003)
+    outcome, _ = run_on_a_device(plugins, timing, request=request)
+    assert outcome.measured == [CANDIDATES[3], CANDIDATES[1]]
+    assert outcome.best is CANDIDATES[3], request.notes
+    assert any("in 4 interleaved rounds" in note for note in request.notes), request.notes
+
+
+def test_a_finalist_that_fails_in_a_round_is_not_run_again(plugins):
+    class FailsLater(Counted):
+        @hookimpl(tryfirst=True)
+        def tdp_time_candidate(self, request):
+            value = super().tdp_time_candidate(request)
+            if request.config is CANDIDATES[3] and request.n_warmup != 1 and request.n_repeat == 33:
+                raise RuntimeError("lost the device")
+            return value
+
+    timing = FailsLater([2.0, 0.19, 2.0, 0.19, 2.0, 2.0])
+    outcome, _ = run_on_a_device(plugins, timing)
+    assert outcome.best is CANDIDATES[1] and "lost the device" in outcome.failures[CANDIDATES[3]]
+    assert outcome.timings[CANDIDATES[3]][0] == float("inf")
+    assert sum(a[0] is CANDIDATES[3] and a[2] == 33 for a in timing.asked) == 1, timing.asked
 
 
 def test_without_settling_or_with_a_do_bench_the_full_measurement_is_the_benchmarkers(plugins):

@@ -10,6 +10,7 @@ what upstream would have raised for it live in ``failures``.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
@@ -93,6 +94,10 @@ class Screen:
     # screened, run untimed): it idled through the compiles at a low clock, and one that speeds up,
     # or throttles, under load would otherwise favour whichever finalist ran first.
     warm_ms: float = 25.0
+    # ...and the full measurement runs in ``full_rounds`` interleaved rounds (each started by the
+    # next finalist in turn), not one finalist after another: a clock that drifts under load, as
+    # it does through a few tens of milliseconds of a large matmul, then weighs on all of them alike.
+    full_rounds: int = 4
     #: each candidate's place in the given order (``id`` -> position), set by ``run_candidates``
     order: dict = field(default_factory=dict)
 
@@ -174,6 +179,33 @@ def _fastest(timings: dict, configs: list) -> Any:
     """The one of ``configs`` with the smallest positive finite time in ``timings``, or None."""
     timed = [c for c in configs if c in timings and 0 < timings[c][0] < math.inf]
     return min(timed, key=lambda c: timings[c][0]) if timed else None
+
+
+def _interleaved(request, configs, calls, method, n_warmup, n_repeat, rounds, group, on_candidate) -> tuple[dict, dict]:
+    """``_round`` of ``n_warmup + n_repeat`` runs each, as ``rounds`` rounds of about
+    ``n_repeat / rounds`` runs (after the whole warm-up in the first, a quarter of it later), each
+    started by the next of ``configs`` in turn; each quantile is the median over the rounds. One
+    that fails (on any rank: the reduced times say so) is not run again and ends as infinity."""
+    per, later = _per_round(n_repeat, rounds), max(2, n_warmup // rounds)
+    samples: dict = {id(c): [] for c in configs}
+    failures: dict = {}
+    live = list(configs)
+    for i in range(rounds):
+        if not live:
+            break
+        turn = live[i % len(live):] + live[: i % len(live)]
+        timed, failed = _round(request, turn, calls, method, None, n_warmup if i == 0 else later, per, group,
+                               on_candidate)
+        failures.update(failed)
+        for config in turn:
+            samples[id(config)].append(timed[config])
+        live = [c for c in live if math.isfinite(timed[c][0])]
+    return {c: list(INF3) if not all(math.isfinite(t[0]) for t in samples[id(c)]) else
+            [statistics.median(t[q] for t in samples[id(c)]) for q in range(3)] for c in configs}, failures
+
+
+def _per_round(n_repeat: int, rounds: int) -> int:
+    return max(3, -(-n_repeat // rounds))
 
 
 def _ranked(timings: dict) -> list:
@@ -382,9 +414,14 @@ def run_candidates(
     ready_up(finalists)
     started = time.perf_counter()
     full = screen.full_runs(timings, finalists) if steady else (n_warmup, n_repeat)
-    final, failed = _round(request, finalists, calls, method, do_bench, *full, group, on_candidate)
+    rounds = screen.full_rounds if steady and full[1] is not None and len(finalists) > 1 else 1
+    if rounds > 1:
+        final, failed = _interleaved(request, finalists, calls, method, *full, rounds, group, on_candidate)
+    else:
+        final, failed = _round(request, finalists, calls, method, do_bench, *full, group, on_candidate)
     if finalists is not configs:
-        runs = f" ({full[1]} runs each)" if full != (n_warmup, n_repeat) else ""
+        runs = "" if full == (n_warmup, n_repeat) else f" ({full[1]} runs each)" if rounds == 1 else \
+            f" ({_per_round(full[1], rounds) * rounds} runs each, in {rounds} interleaved rounds)"
         request.notes.append(f"measured {len(finalists)} finalists{runs} in {time.perf_counter() - started:.2f}s")
     timings.update(final)
     failures.update(failed)
