@@ -468,6 +468,48 @@ def scenario_model(rank, world, group):
             "correct": bool(torch.equal(x, y))}
 
 
+def scenario_device_rounds(rank, world, group):
+    """The device path (the ``event`` method: interleaved rounds for the second round and the full
+    measurement, then settling), with times that differ per rank and, on rank 1 only, the fastest
+    failing part-way through the full measurement: every rank runs the same rounds, drops it at
+    the same point, and picks the same."""
+    from search_space import copy
+
+    from triton_dist_plugin import engine
+    from triton_dist_plugin.requests import TuningRequest
+
+    configs = [triton.Config({"BLOCK": b, "UNROLL": 1}, num_warps=w) for b in (32, 64, 128) for w in (1, 2)]
+    base = [0.2, 0.1, 0.102, 0.2, 0.099, 0.2]  # ms: the full measurement runs 250 calls each
+
+    class Timer:
+        def __init__(self):
+            self.asked = []
+
+        @tdp.hookimpl(tryfirst=True)
+        def tdp_time_candidate(self, request):
+            request.call()
+            i = configs.index(request.config)
+            self.asked.append([i, request.n_warmup, request.n_repeat])
+            full = request.n_repeat is not None and request.n_repeat > 25
+            if rank == 1 and i == 4 and full and sum(a[0] == 4 and a[2] == request.n_repeat for a in self.asked) == 2:
+                raise RuntimeError("lost the device on rank 1")
+            return base[i] * (1 + 0.01 * rank)
+
+    timer = Timer()
+    tdp.register(timer)
+    n = 300
+    x, y = torch.randn(n), torch.zeros(n)
+
+    def make_call(config):
+        return lambda: copy[(triton.cdiv(n, config.kwargs["BLOCK"]),)](x, y, n, **config.kwargs)
+
+    request = TuningRequest("copy", (n,), "cuda")
+    outcome = engine.run_candidates(request, configs, make_call, method="event", group=group, screen=engine.Screen())
+    return {"pick": configs.index(outcome.best), "asked": timer.asked, "notes": request.notes,
+            "failed": {str(configs.index(c)): r for c, r in outcome.failures.items()},
+            "correct": bool(torch.equal(x, y))}
+
+
 def main():
     scenario, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     if f"prepare_{scenario}" in globals():

@@ -175,3 +175,18 @@ def test_leader_strategy_times_on_rank_0_only_and_every_rank_takes_its_pick(tmp_
     assert ranks[0]["kernel_pick"] == ranks[1]["kernel_pick"]
     assert ranks[0]["kernel_timed"] > 0 and ranks[1]["kernel_timed"] == 0
     assert all(r["correct"] for r in ranks)
+
+
+def test_interleaved_rounds_on_a_device_stay_in_step_when_a_finalist_fails_on_one_rank(tmp_path):
+    results = run_ranks("device_rounds", 2, tmp_path)
+    assert all(r["correct"] for r in results)
+    # Every rank asked for the same timings in the same order (the failing one too, until it failed).
+    asked = [[a for a in r["asked"]] for r in results]
+    assert asked[0] == asked[1][: len(asked[0])] or asked[1] == asked[0][: len(asked[1])]
+    assert [a[0] for a in asked[0]] == [a[0] for a in asked[1]]
+    # The fastest failed on rank 1 in the full measurement's second round: run no more, on any rank.
+    full = [a for a in asked[0] if a[2] is not None and a[2] > 25]
+    assert sum(a[0] == 4 for a in full) == 2, full
+    assert {r["pick"] for r in results} == {1}
+    assert "lost the device on rank 1" in results[1]["failed"]["4"]
+    assert any("interleaved rounds" in note for note in results[0]["notes"])

@@ -94,9 +94,9 @@ class Screen:
     # screened, run untimed): it idled through the compiles at a low clock, and one that speeds up,
     # or throttles, under load would otherwise favour whichever finalist ran first.
     warm_ms: float = 25.0
-    # ...and the full measurement runs in ``full_rounds`` interleaved rounds (each started by the
-    # next finalist in turn), not one finalist after another: a clock that drifts under load, as
-    # it does through a few tens of milliseconds of a large matmul, then weighs on all of them alike.
+    # ...and the second round and the full measurement run in 2 and ``full_rounds`` interleaved
+    # rounds (forwards, then backwards), not one candidate after another: a clock that drifts
+    # under load, through a few tens of milliseconds of a large matmul, then weighs on all alike.
     full_rounds: int = 4
     #: each candidate's place in the given order (``id`` -> position), set by ``run_candidates``
     order: dict = field(default_factory=dict)
@@ -183,17 +183,18 @@ def _fastest(timings: dict, configs: list) -> Any:
 
 def _interleaved(request, configs, calls, method, n_warmup, n_repeat, rounds, group, on_candidate) -> tuple[dict, dict]:
     """``_round`` of ``n_warmup + n_repeat`` runs each, as ``rounds`` rounds of about
-    ``n_repeat / rounds`` runs (after the whole warm-up in the first, a quarter of it later), each
-    started by the next of ``configs`` in turn; each quantile is the median over the rounds. One
+    ``n_repeat / rounds`` runs (after the whole warm-up in the first, ``1 / rounds`` of it later),
+    in the given order and then backwards, by turns: a steady drift of the device's clock puts
+    each config as far along it as every other. Each quantile is the median over the rounds. One
     that fails (on any rank: the reduced times say so) is not run again and ends as infinity."""
-    per, later = _per_round(n_repeat, rounds), max(2, n_warmup // rounds)
+    per, later = _per_round(n_repeat, rounds), max(1, n_warmup // rounds)
     samples: dict = {id(c): [] for c in configs}
     failures: dict = {}
     live = list(configs)
     for i in range(rounds):
         if not live:
             break
-        turn = live[i % len(live):] + live[: i % len(live)]
+        turn = live if i % 2 == 0 else live[::-1]
         timed, failed = _round(request, turn, calls, method, None, n_warmup if i == 0 else later, per, group,
                                on_candidate)
         failures.update(failed)
@@ -205,7 +206,7 @@ def _interleaved(request, configs, calls, method, n_warmup, n_repeat, rounds, gr
 
 
 def _per_round(n_repeat: int, rounds: int) -> int:
-    return max(3, -(-n_repeat // rounds))
+    return max(3, -(-n_repeat // rounds))  # at least 3: a median
 
 
 def _ranked(timings: dict) -> list:
@@ -403,8 +404,12 @@ def run_candidates(
             screen.warm_up(calls, timings, finalists)
         if len(finalists) > screen.final_count:
             started = time.perf_counter()
-            second, failed = _round(request, finalists, calls, method, None, screen.n_warmup, screen.second_repeat,
-                                    group, on_candidate)
+            if steady:  # forwards, then backwards: the order a drifting clock favours is undone
+                second, failed = _interleaved(request, finalists, calls, method, screen.n_warmup,
+                                              screen.second_repeat, 2, group, on_candidate)
+            else:
+                second, failed = _round(request, finalists, calls, method, None, screen.n_warmup,
+                                        screen.second_repeat, group, on_candidate)
             timings.update(second)
             failures.update(failed)
             note += f", then the best {len(finalists)} for {screen.second_repeat} runs in " \
