@@ -258,8 +258,8 @@ def observe(scenario, modes=MODES, rounds="as-timed"):
     return seen
 
 
-#: own timing as it happens to come out, and with every finalist forced into interleaved rounds
-#: (each called a tie), which on a busy machine happens by chance
+#: own timing as it happens to come out, and with every finalist sent on to the settling's
+#: interleaved rounds (``settle.py``: all counted as close), which on a busy machine happens by chance
 ROUNDS = ("as-timed", "interleaved")
 
 

@@ -355,6 +355,9 @@ def run_candidates(
     # shorter than the benchmarker's, after a warm-up (``Screen.full_ms``, ``Screen.warm_ms``).
     steady = settled and do_bench is None and screen is not None and method != "wall" and \
         (n_warmup, n_repeat) == (None, None)
+    # ...in interleaved rounds where the timer runs the counts it is given (a CUDA graph's replays
+    # do not) at little cost per call (a profiler session each would not).
+    interleave = steady and method == "event"
     if screen is not None and len(configs) >= screen.min_candidates:
         screen.order = {id(c): i for i, c in enumerate(configs)}
         screened: dict = {}
@@ -404,28 +407,31 @@ def run_candidates(
             screen.warm_up(calls, timings, finalists)
         if len(finalists) > screen.final_count:
             started = time.perf_counter()
-            if steady:  # forwards, then backwards: the order a drifting clock favours is undone
+            rounds = 2 if interleave else 1  # forwards, then backwards: what a drifting clock favours is undone
+            if rounds > 1:
                 second, failed = _interleaved(request, finalists, calls, method, screen.n_warmup,
-                                              screen.second_repeat, 2, group, on_candidate)
+                                              screen.second_repeat, rounds, group, on_candidate)
             else:
                 second, failed = _round(request, finalists, calls, method, None, screen.n_warmup,
                                         screen.second_repeat, group, on_candidate)
             timings.update(second)
             failures.update(failed)
-            note += f", then the best {len(finalists)} for {screen.second_repeat} runs in " \
-                    f"{time.perf_counter() - started:.2f}s"
+            runs = f"{screen.second_repeat} runs" if rounds == 1 else \
+                f"{_per_round(screen.second_repeat, rounds) * rounds} runs ({rounds} interleaved rounds)"
+            note += f", then the best {len(finalists)} for {runs} in {time.perf_counter() - started:.2f}s"
             finalists = screen.narrow(second) or finalists
         request.notes.append(f"{note}; measuring the best {len(finalists)} fully")
     ready_up(finalists)
     started = time.perf_counter()
     full = screen.full_runs(timings, finalists) if steady else (n_warmup, n_repeat)
-    rounds = screen.full_rounds if steady and full[1] is not None and len(finalists) > 1 else 1
+    rounds = screen.full_rounds if interleave and full[1] is not None and len(finalists) > 1 else 1
     if rounds > 1:
         final, failed = _interleaved(request, finalists, calls, method, *full, rounds, group, on_candidate)
     else:
         final, failed = _round(request, finalists, calls, method, do_bench, *full, group, on_candidate)
     if finalists is not configs:
-        runs = "" if full == (n_warmup, n_repeat) else f" ({full[1]} runs each)" if rounds == 1 else \
+        runs = "" if full == (n_warmup, n_repeat) or method == "cudagraph" else \
+            f" ({full[1]} runs each)" if rounds == 1 else \
             f" ({_per_round(full[1], rounds) * rounds} runs each, in {rounds} interleaved rounds)"
         request.notes.append(f"measured {len(finalists)} finalists{runs} in {time.perf_counter() - started:.2f}s")
     timings.update(final)
