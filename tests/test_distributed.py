@@ -181,7 +181,7 @@ def test_interleaved_rounds_on_a_device_stay_in_step_when_a_finalist_fails_on_on
     results = run_ranks("device_rounds", 2, tmp_path)
     assert all(r["correct"] for r in results)
     # Every rank asked for the same timings in the same order (the failing one too, until it failed).
-    asked = [[a for a in r["asked"]] for r in results]
+    asked = [r["asked"] for r in results]
     assert asked[0] == asked[1][: len(asked[0])] or asked[1] == asked[0][: len(asked[1])]
     assert [a[0] for a in asked[0]] == [a[0] for a in asked[1]]
     # The fastest failed on rank 1 in the full measurement's second round: run no more, on any rank.

@@ -181,12 +181,15 @@ def _fastest(timings: dict, configs: list) -> Any:
     return min(timed, key=lambda c: timings[c][0]) if timed else None
 
 
-def _interleaved(request, configs, calls, method, n_warmup, n_repeat, rounds, group, on_candidate) -> tuple[dict, dict]:
-    """``_round`` of ``n_warmup + n_repeat`` runs each, as ``rounds`` rounds of about
-    ``n_repeat / rounds`` runs (after the whole warm-up in the first, ``1 / rounds`` of it later),
-    in the given order and then backwards, by turns: a steady drift of the device's clock puts
-    each config as far along it as every other. Each quantile is the median over the rounds. One
-    that fails (on any rank: the reduced times say so) is not run again and ends as infinity."""
+def _rounds(request, configs, calls, method, do_bench, n_warmup, n_repeat, rounds, group,
+            on_candidate) -> tuple[dict, dict]:
+    """``_round`` of ``n_warmup + n_repeat`` runs each; with ``rounds`` over 1, as that many rounds
+    of about ``n_repeat / rounds`` runs (after the whole warm-up in the first, ``1 / rounds`` of it
+    later), in the given order and then backwards, by turns: a steady drift of the device's clock
+    puts each config as far along it as every other. Each quantile is the median over the rounds.
+    One that fails (on any rank: the reduced times say so) is not run again and ends as infinity."""
+    if rounds <= 1:
+        return _round(request, configs, calls, method, do_bench, n_warmup, n_repeat, group, on_candidate)
     per, later = _per_round(n_repeat, rounds), max(1, n_warmup // rounds)
     samples: dict = {id(c): [] for c in configs}
     failures: dict = {}
@@ -408,12 +411,8 @@ def run_candidates(
         if len(finalists) > screen.final_count:
             started = time.perf_counter()
             rounds = 2 if interleave else 1  # forwards, then backwards: what a drifting clock favours is undone
-            if rounds > 1:
-                second, failed = _interleaved(request, finalists, calls, method, screen.n_warmup,
-                                              screen.second_repeat, rounds, group, on_candidate)
-            else:
-                second, failed = _round(request, finalists, calls, method, None, screen.n_warmup,
-                                        screen.second_repeat, group, on_candidate)
+            second, failed = _rounds(request, finalists, calls, method, None, screen.n_warmup, screen.second_repeat,
+                                     rounds, group, on_candidate)
             timings.update(second)
             failures.update(failed)
             runs = f"{screen.second_repeat} runs" if rounds == 1 else \
@@ -425,10 +424,7 @@ def run_candidates(
     started = time.perf_counter()
     full = screen.full_runs(timings, finalists) if steady else (n_warmup, n_repeat)
     rounds = screen.full_rounds if interleave and full[1] is not None and len(finalists) > 1 else 1
-    if rounds > 1:
-        final, failed = _interleaved(request, finalists, calls, method, *full, rounds, group, on_candidate)
-    else:
-        final, failed = _round(request, finalists, calls, method, do_bench, *full, group, on_candidate)
+    final, failed = _rounds(request, finalists, calls, method, do_bench, *full, rounds, group, on_candidate)
     if finalists is not configs:
         runs = "" if full == (n_warmup, n_repeat) or method == "cudagraph" else \
             f" ({full[1]} runs each)" if rounds == 1 else \
