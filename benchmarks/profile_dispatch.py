@@ -27,7 +27,7 @@ from _common import host_loop as per_call  # noqa: E402
 
 st = kernel_state.state_of(tuned)
 args = (x, y, o, n)
-print("fast run installed:", "run" in tuned.__dict__, "fast entries:", len(st.fast), st.cache_len, len(tuned.cache))
+print("fast run installed:", "run" in tuned.__dict__, "fast entries:", len(st.fast), len(tuned.cache))
 rows = {
     "tuned[grid](...)": lambda: tuned[grid](x, y, o, n),
     "direct, BLOCK+num_warps": lambda: add.jit[dgrid](x, y, o, n, BLOCK=best.kwargs["BLOCK"], num_warps=best.num_warps),

@@ -516,6 +516,71 @@ def test_clearing_upstreams_cache_retunes_even_after_fast_launches(recorder):
     assert torch.equal(x, y) and len(recorder.records) == 2
 
 
+@triton.jit
+def _which(out, n, BLOCK: tl.constexpr):
+    """Writes its own BLOCK: the output says which config ran."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + offs, tl.zeros([BLOCK], dtype=tl.float32) + BLOCK, mask=offs < n)
+
+
+def _ran(kernel, n=64):
+    out = torch.zeros(n, device=DEVICE)
+    kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](out, n)
+    assert (out == out[0]).all()
+    return int(out[0])
+
+
+_EDITS = {
+    # What code does to upstream's cache between launches, and the BLOCK upstream then runs (None:
+    # the key is missing, so it is tuned again).
+    "replace": lambda k, key, other: k.cache.__setitem__(key, other),
+    "delete then set": lambda k, key, other: (k.cache.pop(key), k.cache.__setitem__(key, other)),
+    "clear then set": lambda k, key, other: (k.cache.clear(), k.cache.__setitem__(key, other)),
+    "update": lambda k, key, other: k.cache.update({key: other}),
+    "a new dict": lambda k, key, other: setattr(k, "cache", {key: other}),
+    "delete": lambda k, key, other: k.cache.pop(key),
+    "clear": lambda k, key, other: k.cache.clear(),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(_EDITS))
+def test_every_edit_of_upstreams_cache_is_honoured_on_the_fast_path(edit, recorder):
+    configs = [triton.Config({"BLOCK": b}) for b in (16, 32, 64)]
+    kernel = triton.autotune(configs=configs, key=["n"])(_which)
+    picked = _ran(kernel)
+    _ran(kernel)
+    assert "run" in kernel.__dict__ and len(recorder.records) == 1  # the fast path is in place
+    (key,) = kernel.cache
+    other = next(c for c in configs if c.kwargs["BLOCK"] != picked)
+    _EDITS[edit](kernel, key, other)
+    expected = other.kwargs["BLOCK"] if key in kernel.cache else None
+    for _ in range(2):  # the full path, then the fast one again
+        ran = _ran(kernel)
+        if expected is None:  # tuned again, as upstream would, and then it runs the new pick
+            assert len(recorder.records) == 2 and ran == kernel.cache[key].kwargs["BLOCK"]
+        else:
+            assert ran == expected and kernel.best_config is other and len(recorder.records) == 1
+
+
+def test_a_config_changed_in_place_by_pruning_launches_as_it_is_now(recorder):
+    """A pruning function may change configs in place (``num_stages`` per shape, say): upstream
+    launches each config as it is at the launch, the cached pick of an earlier key included."""
+    configs = [triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})]
+    seen = []
+
+    def prune(configs, named_args, **kwargs):
+        for c in configs:  # every config now covers the whole row
+            c.kwargs["BLOCK"] = max(16, triton.next_power_of_2(named_args["n"]))
+        seen.append(named_args["n"])
+        return configs[:1]
+
+    kernel = triton.autotune(configs=configs, key=["n"], prune_configs_by={"early_config_prune": prune})(_which)
+    assert _ran(kernel, 16) == 16
+    assert _ran(kernel, 16) == 16  # the fast path
+    assert _ran(kernel, 64) == 64  # a new key: pruning changed the config the first key holds too
+    assert _ran(kernel, 16) == 64 and seen == [16, 64]  # ...and upstream launches it as it is now
+
+
 def test_fast_path_keeps_dtype_and_keyword_launches_apart(recorder):
     kernel = triton.autotune(configs=CONFIGS, key=["n"])(_copy)
     _launch_copy(kernel)

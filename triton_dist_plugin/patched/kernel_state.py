@@ -44,13 +44,18 @@ class KernelState:
     """Per-``Autotuner`` facts derived once: key positions and each config's launch keywords.
 
     ``fast`` maps a raw key (key values, then the dtype *objects* of tensor arguments, all passed
-    positionally) to ``(config, launch keywords)``: the same information as upstream's ``cache``,
-    without turning dtypes into strings on every launch. It is emptied whenever ``cache`` changes
-    size, so clearing or editing upstream's ``cache`` is still honoured.
+    positionally) to ``(config, launch keywords, direct launcher or None, upstream's key)``: what
+    a hit needs, without turning dtypes into strings on every launch. A hit counts only while
+    upstream's ``cache`` still holds that very config for that key, so every edit of ``cache``
+    (set, replace, delete, clear, or a new dict) is honoured as upstream honours it.
+
+    ``launch`` keeps each config's launch keywords with the ``all_kwargs()`` they came from: a
+    config changed in place (a pruning function that sets ``num_stages`` per shape, say) is
+    launched as it is now, as upstream launches it.
     """
 
-    __slots__ = ("arg_names", "arg_set", "keys", "key_pos", "key_get", "min_args", "launch", "name", "fast",
-                 "cache_len", "generate", "hints", "crossed", "interpreted", "rankings", "__weakref__")
+    __slots__ = ("arg_names", "arg_set", "keys", "key_pos", "key_get", "min_args", "launch", "launchers", "name",
+                 "fast", "generate", "hints", "crossed", "interpreted", "rankings", "__weakref__")
 
     def __init__(self, tuner: Any):
         self.arg_names = list(tuner.arg_names)
@@ -61,9 +66,9 @@ class KernelState:
         self.key_pos = [self.arg_names.index(k) for k in self.keys if k in self.arg_set]
         self.key_get = _key_getter(self.key_pos)
         self.min_args = max(self.key_pos, default=-1) + 1
-        self.launch: dict = {}
+        self.launch: dict = {}  # id(config) -> (config, launch keywords, all_kwargs() they came from)
+        self.launchers: dict = {}  # id(config) -> its direct launcher (None where none is usable)
         self.fast: dict = {}
-        self.cache_len = -1
         self.name = _compat.base_function(tuner.fn).__name__
         self.interpreted = _compat.is_interpreted(tuner.fn)
         self.hints = tuner.__dict__.get("tdp_hints") or {}
@@ -95,28 +100,43 @@ class KernelState:
     def launch_kwargs(self, config: Any) -> dict:
         return self._entry(config)[1]
 
-    def hit(self, config: Any, fn: Any) -> tuple:
-        """What the fast path needs for ``config``: (config, launch keywords, direct launcher or None)."""
-        entry = self._entry(config)
-        if len(entry) == 2:
-            launcher = direct.Launcher(fn, entry[1]) if direct.usable(fn) else None
-            entry = self.launch[id(config)] = (config, entry[1], launcher)
-        return entry
+    def hit(self, config: Any, fn: Any, key: tuple) -> tuple:
+        """What the fast path needs for ``config``, tuned for upstream's ``key``: (config, launch
+        keywords, direct launcher or None, key)."""
+        kwargs = self._entry(config)[1]
+        launcher = self.launchers.get(id(config), _NO_LAUNCHER)
+        if launcher is _NO_LAUNCHER:
+            launcher = self.launchers[id(config)] = direct.Launcher(fn, kwargs) if direct.usable(fn) else None
+        return (config, kwargs, launcher, key)
+
+    def forget_changed(self) -> None:
+        """Drop what was derived from configs changed in place since (asked before each tuning,
+        where a pruning function may change them): their next launch derives it again."""
+        changed = {i for i, (config, _, raw) in self.launch.items() if config.all_kwargs() != raw}
+        for i in changed:
+            del self.launch[i]
+            self.launchers.pop(i, None)
+        if changed:
+            for raw_key in [k for k, hit in self.fast.items() if id(hit[0]) in changed]:
+                del self.fast[raw_key]
 
     def _entry(self, config: Any) -> tuple:
         entry = self.launch.get(id(config))
-        if entry is None or entry[0] is not config:
-            kwargs = config.all_kwargs()
+        raw = config.all_kwargs()
+        if entry is None or entry[0] is not config or entry[2] != raw:
+            kwargs = raw
             if self.interpreted:
                 # Compile options (Triton 3.2's warp-spec fields, Ascend's multibuffer, ...) mean
                 # nothing to the interpreter: newer ones drop them, older ones reject them. Any
                 # other kernel object gets every keyword, as upstream passes them.
                 kwargs = {k: v for k, v in kwargs.items() if k in self.arg_set or k in _UPSTREAM_OPTIONS}
-            entry = self.launch[id(config)] = (config, kwargs)
+            self.launchers.pop(id(config), None)
+            entry = self.launch[id(config)] = (config, kwargs, dict(raw))
         return entry
 
 
 _NO_DTYPE = object()
+_NO_LAUNCHER = object()
 
 
 def _has_open_tiles(tuner: Any) -> bool:

@@ -42,12 +42,8 @@ def run_wrapper(wrapped, instance, args, kwargs):
                 config = untuned.fallback(state.name, key, instance.cache, instance.configs[0], instance)
                 return _launch(instance, state, config, args, kwargs)
             config = tune(instance, state, key, args, kwargs)
-        cache = instance.cache
-        if len(cache) != state.cache_len:
-            state.fast.clear()
-            state.cache_len = len(cache)
         if len(kwargs) == 2 and len(args) >= state.min_args and config.pre_hook is None:
-            state.fast[state.key_get(args)] = state.hit(config, instance.fn)
+            state.fast[state.key_get(args)] = state.hit(config, instance.fn, key)
     else:
         config = instance.configs[0]
     if wrapped is not None and "run" not in instance.__dict__ and _plain_run(instance):
@@ -77,18 +73,19 @@ def _fast_run(instance: Any, state: KernelState):
 
     Looking ``run`` up on the instance finds this closure before the class's wrapper, so a tuned
     launch pays for one key and one dict lookup, not for a wrapper call; on a GPU the hit is
-    launched by the config's ``direct.Launcher`` rather than ``JITFunction.run``. Anything unusual
-    (keywords for kernel arguments, a changed ``cache``, a miss, a config ``pre_hook``) takes the
-    full path above.
+    launched by the config's ``direct.Launcher`` rather than ``JITFunction.run``. A hit stands only
+    while upstream's ``cache`` holds that very config for the key (one more dict lookup), so any
+    edit of ``cache`` is honoured. Anything unusual (keywords for kernel arguments, a changed
+    ``cache``, a miss, a config ``pre_hook``) takes the full path above.
     """
     fast, fast_key, min_args = state.fast, state.key_get, state.min_args
 
     def run(*args, **kwargs):
         # Two keywords can only be ``grid`` and ``warmup``: Triton's run() requires both, so a
         # launch with two keywords passed every kernel argument positionally.
-        if len(kwargs) == 2 and len(args) >= min_args and len(instance.cache) == state.cache_len:
+        if len(kwargs) == 2 and len(args) >= min_args:
             hit = fast.get(fast_key(args))
-            if hit is not None:
+            if hit is not None and instance.cache.get(hit[3]) is hit[0]:
                 instance.best_config = hit[0]
                 if hit[2] is not None and not kwargs["warmup"]:
                     return hit[2](args, kwargs["grid"])
@@ -113,6 +110,7 @@ def tune(instance: Any, state: KernelState, key: tuple, args: tuple, kwargs: dic
         instance.nargs = nargs  # read by prune_configs and perf models, as upstream
         try:
             configs = select_configs(instance, state, request, kwargs)
+            state.forget_changed()  # a pruning function may have changed configs in place
             check_conflicts(state.name, launch, configs)
             if len(configs) == 1:  # nothing to compare, as upstream
                 instance.cache[key] = configs[0]
