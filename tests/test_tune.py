@@ -322,6 +322,47 @@ class Handle:  # no __repr__ of its own: the default holds the object's address
     def __init__(self, n):
         self.n = n
 
+    def __eq__(self, other):  # ...but equal by value, so a key holding one is found again
+        return isinstance(other, Handle) and other.n == self.n
+
+    def __hash__(self):
+        return hash(self.n)
+
+
+class Opaque:  # neither value equality nor a text of its own: each one is a new key
+    pass
+
+
+@pytest.mark.parametrize("what", ["tensor", "one-element tensor", "object", "nested object", "fresh each call"])
+def test_a_key_fn_returning_what_hashes_by_identity_is_a_type_error_naming_key_fn(what):
+    made = {
+        "tensor": lambda x: (tuple(x.shape), torch.tensor([4, 20])),
+        "one-element tensor": lambda x: (x.shape[0], torch.tensor(4)),  # equal to another, hashed by identity
+        "object": lambda x: Opaque(),
+        "nested object": lambda x: (x.shape[0], (str(x.dtype), Opaque())),
+        "fresh each call": lambda x: (x.shape[0], object.__new__(type("Anon", (), {"__repr__": lambda s: "Anon"}))),
+    }[what]
+
+    @autotune(config_space=[{"factor": 1}, {"factor": 2}], key_fn=made)
+    def scaled(x, factor):
+        return x * factor
+
+    for _ in range(2):  # every call says so, and nothing is tuned or stored
+        with pytest.raises(TypeError, match=r"^autotune\(test_tune\..*scaled\): key_fn returned .*compares and hashes "
+                                            r"by identity: every call makes a new key.*tuple\(x.shape\)"):
+            scaled(torch.ones(4, device=DEVICE))
+    assert not scaled.best_configs
+
+
+def test_singletons_in_a_key_are_values(tmp_path):
+    @autotune(config_space=[{"factor": 1}, {"factor": 2}], key_fn=lambda x: (x.dtype, None, x.device, tuple(x.shape)))
+    def scaled(x, factor):
+        return x * factor
+
+    for _ in range(2):
+        assert scaled(torch.ones(4, device=DEVICE)).sum() in (4, 8)
+    assert len(scaled.best_configs) == 1  # found again: tuned once
+
 
 def test_a_key_whose_text_holds_a_memory_address_warns_once_naming_key_fn(tmp_path):
     import warnings
