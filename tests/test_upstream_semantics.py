@@ -712,6 +712,67 @@ def test_perf_model_and_top_k(top_k, by):
     assert seen[OWN][:3] == seen[UPSTREAM][:3]
 
 
+def _twelve():
+    return [Config({"BLOCK": b}, num_warps=w, num_stages=s) for b in (16, 32, 64) for w in (1, 2) for s in (1, 2)]
+
+
+def _cost(**kwargs):  # a perf_model: the one upstream's top_k keeps depends only on the config
+    return kwargs["BLOCK"] * 10 + kwargs["num_warps"] * 3 + kwargs["num_stages"]
+
+
+#: Pruning as real libraries write it: what ``prune_configs_by`` may hand the tuner.
+PRUNINGS = {
+    "duplicates": {"early_config_prune": lambda configs, nargs, **kw: configs + configs[:5]},
+    "equal copies": {"early_config_prune": lambda configs, nargs, **kw: configs + [
+        Config(dict(c.kwargs), num_warps=c.num_warps, num_stages=c.num_stages) for c in configs[:5]]},
+    "reordered": {"early_config_prune": lambda configs, nargs, **kw: configs[::-1]},
+    "mutated": {"early_config_prune": lambda configs, nargs, **kw: [
+        setattr(c, "num_stages", 1 + (nargs["n"] > 64)) or c for c in configs]},
+    "top_k int": {"perf_model": _cost, "top_k": 7},
+    "top_k fraction": {"perf_model": _cost, "top_k": 0.5},
+    "pruned then top_k": {"early_config_prune": lambda configs, nargs, **kw: [c for c in configs if c.num_warps > 1],
+                          "perf_model": _cost, "top_k": 4},
+}
+
+
+@pytest.mark.parametrize("path", ["whole", "search"])
+@pytest.mark.parametrize("pruning", sorted(PRUNINGS))
+def test_every_candidate_upstreams_pruning_keeps_is_timed_or_recorded_with_its_reason(pruning, path, monkeypatch,
+                                                                                      recorder):
+    """Stacked under ``triton.heuristics``, with ``restore_value``, over two keys (the second one
+    warm-started from the first) and, with ``path="search"``, a search that screens only a few:
+    ``configs_timings`` names exactly the configs upstream's does, and each the plugin did not
+    time is there as infinity with the reason in the record."""
+    if path == "search":
+        monkeypatch.setenv("TRITON_DIST_AUTOTUNE_SEARCH_WHOLE", "4")
+        monkeypatch.setenv("TRITON_DIST_AUTOTUNE_SEARCH_BUDGET", "4")
+
+    def scenario(mode):
+        fn, _ = jit(_scale_even)
+        bench = bench_for(mode, times=(3.0, 1.0, 2.0, 5.0))
+        inner = triton.heuristics({"EVEN": lambda a: a["n"] % a["BLOCK"] == 0})(fn)
+        kernel = autotune(inner, _twelve(), ["n"], bench, restore_value=["out"], prune_configs_by=PRUNINGS[pruning])
+        seen = []
+        for n in (64, 96):
+            x, out = seq(n), torch.zeros(n, device=DEVICE)
+            kernel[grid](x, out, n, 2.0)
+            torch.testing.assert_close(out, 2 * x)
+            seen.append({str(c): t for c, t in kernel.configs_timings.items()})
+        return seen
+
+    before = len(recorder.records)
+    seen = observe(scenario)
+    for mode in (PLUGIN, OWN):
+        for key, (theirs, ours) in enumerate(zip(seen[UPSTREAM], seen[mode])):
+            assert sorted(ours) == sorted(theirs), (mode, key)
+    assert seen[PLUGIN] == seen[UPSTREAM]  # a kernel's own do_bench times every one, as upstream
+    own = recorder.records[before:][-2:]  # the own-timing mode's two tunings
+    for record in own:  # (by identity: a config mutated by the next key's pruning hashes anew)
+        reasons = {id(c): r for c, r in record.failures.items()}
+        for config, timing in record.timings.items():
+            assert math.isfinite(timing[0]) or reasons.get(id(config)), (str(config), list(reasons.values()))
+
+
 @pytest.mark.parametrize("by", BY)
 @pytest.mark.parametrize("how", ["early_config_prune", "perf_model"])
 def test_a_single_survivor_of_pruning_is_not_benchmarked(how, by):

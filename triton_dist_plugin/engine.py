@@ -22,6 +22,9 @@ from .requests import INF3, CandidateRequest, TuningRecord, TuningRequest
 from .search import model
 from .search.space import Space
 
+#: why a candidate the search never screened has no time (it was never compiled nor run)
+NOT_SEARCHED = "not screened: the search left it out (far from the best screened, or ranked low by the cost model)"
+
 
 @dataclass
 class Outcome:
@@ -321,6 +324,7 @@ def run_candidates(
     timings: dict = {c: list(INF3) for c in configs if c in failures}
     calls: dict = {}
     ready: set = set()
+    uncompiled: list = []  # left uncompiled by a stream as hopeless (and never asked for again)
 
     def set_up(config: Any) -> None:
         if config in calls or config in failures:
@@ -339,6 +343,7 @@ def run_candidates(
         ready.update(id(c) for c in todo)
         found = prepare(todo, stream) if prepare is not None and todo else {}
         skipped = [c for c in todo if found.get(c) == SKIPPED]
+        uncompiled.extend(skipped)
         for config in skipped:
             del found[config]
             ready.discard(id(config))
@@ -432,7 +437,14 @@ def run_candidates(
         request.notes.append(f"measured {len(finalists)} finalists{runs} in {time.perf_counter() - started:.2f}s")
     timings.update(final)
     failures.update(failed)
-    timings = {c: timings[c] for c in configs if c in timings}
+    # Every candidate it was given is accounted for, as upstream's configs_timings holds each: one
+    # the search never screened (or left uncompiled) as infinity, with the reason it was not timed.
+    left = set(map(id, uncompiled))
+    for config in configs:
+        if config not in timings:
+            timings[config] = list(INF3)
+            failures.setdefault(config, SKIPPED if id(config) in left else NOT_SEARCHED)
+    timings = {c: timings[c] for c in configs}
     valid = {config: final[config] for config in finalists if math.isfinite(final[config][0])}
     if not valid:
         failures = {c: failures.get(c, "timed as infinity on another rank") for c in configs if c in timings}
