@@ -34,6 +34,48 @@ for var in ("TRITON_BENCH_METHOD", "TRITON_PRINT_AUTOTUNING", "TRITON_DIST_PLUGI
     os.environ.pop(var, None)
 
 
+def pytest_sessionstart(session):
+    """Installed mode: with ``TDP_TEST_INSTALLED=1`` (a test-only variable that ``tests/run-installed.sh``
+    sets; not a setting of the package) the session stops at once unless ``triton_dist_plugin`` is the
+    installed, non-editable distribution in this venv's site-packages, and unless the guard that makes
+    every child process import that one too (``tests/installed_guard.py``) is active."""
+    if os.environ.get("TDP_TEST_INSTALLED") == "1":
+        problem = _not_installed()
+        if problem:
+            import pytest
+
+            pytest.exit(f"TDP_TEST_INSTALLED=1, but {problem}", returncode=4)
+
+
+def _not_installed():
+    """Why the imported package is not the installed wheel, or None."""
+    import importlib.metadata
+    import json
+    import sys
+
+    try:
+        import _tdp_test_guard as guard
+    except ImportError:
+        return "the installed-mode guard is not in this venv: run tests/run-installed.sh"
+    if not guard.active():
+        return "the installed-mode guard is not on sys.meta_path"
+    import triton_dist_plugin
+
+    where = Path(triton_dist_plugin.__file__).resolve()
+    if not guard.installed_here(str(where)):
+        return f"triton_dist_plugin was imported from {where}, outside {guard.site_packages()}"
+    dist = importlib.metadata.distribution("triton-dist-plugin")
+    direct = json.loads(dist.read_text("direct_url.json") or "{}")
+    if direct.get("dir_info", {}).get("editable"):
+        return f"the distribution is an editable install ({direct})"
+    files = {Path(dist.locate_file(f)).resolve() for f in dist.files or []}
+    strays = sorted(m for m, module in sys.modules.items() if m.split(".")[0] == "triton_dist_plugin"
+                    and getattr(module, "__file__", None) and Path(module.__file__).resolve() not in files)
+    if where not in files or strays:
+        return f"modules not installed by the distribution {dist.locate_file('')}: {strays or [str(where)]}"
+    return None
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Fail the run if a test wrote under the real home directory (or the contextual tuner's logs
     into the directory the tests were started from)."""

@@ -4,7 +4,10 @@ imports only parts of its own layer or of a lower one: the layers of ``docs/arch
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "triton_dist_plugin"
+import triton_dist_plugin
+
+# The imported package: the checkout under an editable install, the installed wheel otherwise.
+PACKAGE = Path(triton_dist_plugin.__file__).resolve().parent
 
 #: Lowest first; every part of the package is in exactly one.
 LAYERS = [

@@ -14,6 +14,7 @@ import triton_dist_plugin as tdp
 from triton_dist_plugin import settings
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = Path(tdp.__file__).resolve().parent  # the imported one: the checkout, or the installed wheel
 OWN = [s for s in settings.SETTINGS if s.parse is not None and s.kind != "path"]
 
 
@@ -26,7 +27,7 @@ def test_the_docs_table_is_the_generated_one():
 def test_every_variable_the_package_reads_is_declared():
     declared = {s.name for s in settings.SETTINGS}
     read = set()
-    for path in (ROOT / "triton_dist_plugin").rglob("*.py"):
+    for path in PACKAGE.rglob("*.py"):
         source = path.read_text()
         pattern = r"""(?:environ(?:\.get)?[\[(]|getenv\(|value\(|env_flag\()\s*["']([A-Z][A-Z0-9_]+)["']"""
         read |= set(re.findall(pattern, source))
