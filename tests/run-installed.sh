@@ -14,8 +14,9 @@
 # conftest.py stop the session unless triton_dist_plugin is the wheel installed in the venv's
 # site-packages, and tests/installed_guard.py (copied into that venv, imported at every start-up) makes
 # any process of the venv refuse to import it from elsewhere; TDP_TEST_WHEEL, TDP_TEST_SDIST (the built
-# files) and TDP_TEST_SOURCE (the copy of the checkout they were built from, so that editing the checkout
-# while the tests run changes nothing) are what tests/test_packaging.py compares.
+# files), TDP_TEST_SOURCE (the copy of the checkout they were built from, so that editing the checkout
+# while the tests run changes nothing) and TDP_TEST_BUILD_LOG (what the build printed) are what
+# tests/test_packaging.py checks.
 #
 # Nothing is written into the checkout. Everything lives in a temporary directory removed at the end,
 # or in $TDP_TEST_WORK if set (kept; .ci/compat reuses the build found there). Sourced, this file only
@@ -70,7 +71,7 @@ tdp_venv() {
 tdp_pytest() {
   local work=$1 venv=$2; shift 2
   (cd "$work/tree" && TDP_TEST_INSTALLED=1 TDP_TEST_SOURCE="$work/src" TDP_TEST_WHEEL="$(tdp_wheel "$work")" \
-    TDP_TEST_SDIST="$(tdp_sdist "$work")" "$venv/bin/python" -m pytest "$@")
+    TDP_TEST_SDIST="$(tdp_sdist "$work")" TDP_TEST_BUILD_LOG="$work/build.log" "$venv/bin/python" -m pytest "$@")
 }
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then

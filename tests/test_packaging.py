@@ -2,9 +2,10 @@
 package, its metadata, ``help()``, and the command in both its forms.
 
 Under ``tests/run-installed.sh`` (``TDP_TEST_INSTALLED=1``) the wheel and the sdist are the ones it built
-and installed (``TDP_TEST_WHEEL``, ``TDP_TEST_SDIST``), compared with the copy of the checkout's files they
-were built from (``TDP_TEST_SOURCE``); otherwise (an editable install) this file builds them from the
-checkout itself, in a temporary directory, and compares them with the checkout."""
+and installed (``TDP_TEST_WHEEL``, ``TDP_TEST_SDIST``, and its build's output ``TDP_TEST_BUILD_LOG``),
+compared with the copy of the checkout's files they were built from (``TDP_TEST_SOURCE``); otherwise (an
+editable install) this file builds them from the checkout itself, in a temporary directory, and compares
+them with the checkout."""
 
 import importlib.metadata
 import os
@@ -34,25 +35,26 @@ def _package_files(package: Path) -> set:
             if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")}
 
 
-def _build(kind: str, source: Path, out: Path) -> Path:
+def _build(kind: str, source: Path, out: Path) -> tuple:
     """``setuptools.build_meta.build_<kind>`` run in ``source`` (what ``python -m build`` calls, without
-    its isolated environment): the built file."""
+    its isolated environment): the built file, and what the build printed."""
     code = f"from setuptools import build_meta; print('BUILT', build_meta.build_{kind}({str(out)!r}))"
     done = subprocess.run([sys.executable, "-c", code], cwd=source, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     built = [line.split(" ", 1)[1] for line in done.stdout.splitlines() if line.startswith("BUILT ")]
-    return out / built[-1]
+    return out / built[-1], done.stdout + done.stderr
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """(wheel, sdist, the source tree's package directory)."""
+    """(wheel, sdist, the source tree's package directory, what the builds printed)."""
     if INSTALLED:
-        paths = [os.environ.get(v) for v in ("TDP_TEST_WHEEL", "TDP_TEST_SDIST", "TDP_TEST_SOURCE")]
-        assert all(paths), "TDP_TEST_INSTALLED=1 needs TDP_TEST_WHEEL, TDP_TEST_SDIST and TDP_TEST_SOURCE"
-        wheel, sdist, source = map(Path, paths)
+        names = ("TDP_TEST_WHEEL", "TDP_TEST_SDIST", "TDP_TEST_SOURCE", "TDP_TEST_BUILD_LOG")
+        paths = [os.environ.get(v) for v in names]
+        assert all(paths), f"TDP_TEST_INSTALLED=1 needs {', '.join(names)}"
+        wheel, sdist, source, log = map(Path, paths)
         assert wheel.is_file() and sdist.is_file() and (source / NAME / "__init__.py").is_file(), paths
-        return wheel, sdist, source / NAME
+        return wheel, sdist, source / NAME, log.read_text()
     try:
         import setuptools
     except ImportError:
@@ -67,16 +69,16 @@ def built(tmp_path_factory):
         if path.is_file():
             shutil.copy2(path, source / path.name)
     shutil.copytree(ROOT / NAME, source / NAME, ignore=shutil.ignore_patterns("__pycache__", "*.py[co]"))
-    sdist = _build("sdist", source, tmp / "dist")
+    sdist, sdist_log = _build("sdist", source, tmp / "dist")
     with tarfile.open(sdist) as archive:  # the wheel from the unpacked sdist, as python -m build makes it
         archive.extractall(tmp / "unpacked", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     (unpacked,) = (tmp / "unpacked").iterdir()
-    wheel = _build("wheel", unpacked, tmp / "dist")
-    return wheel, sdist, ROOT / NAME
+    wheel, wheel_log = _build("wheel", unpacked, tmp / "dist")
+    return wheel, sdist, ROOT / NAME, sdist_log + wheel_log
 
 
 def test_the_wheel_holds_every_file_of_the_package_and_nothing_else(built):
-    wheel, _, package = built
+    wheel, _, package, _ = built
     expected = _package_files(package)
     assert f"{NAME}/__init__.py" in expected and any(f.count("/") > 1 for f in expected), expected  # subpackages
     names = zipfile.ZipFile(wheel).namelist()
@@ -89,7 +91,7 @@ def test_the_wheel_holds_every_file_of_the_package_and_nothing_else(built):
 
 
 def test_the_sdist_holds_every_file_of_the_package_the_readme_and_the_license(built):
-    _, sdist, package = built
+    _, sdist, package, _ = built
     with tarfile.open(sdist) as archive:
         names = {m.name.split("/", 1)[1] for m in archive.getmembers() if m.isfile() and "/" in m.name}
     shipped = {n for n in names if n.startswith(f"{NAME}/")}
@@ -97,6 +99,14 @@ def test_the_sdist_holds_every_file_of_the_package_the_readme_and_the_license(bu
     assert sorted(expected - shipped) == [], f"missing from {sdist.name}"
     assert sorted(shipped - expected) == [], f"in {sdist.name} but not in the source tree"
     assert {"pyproject.toml", "README.md", "LICENSE", "PKG-INFO"} <= names, sorted(names)
+
+
+def test_setuptools_ships_every_subpackage_as_a_package_not_as_data(built):
+    """A subpackage missing from the packages configuration still lands in the wheel when the manifest
+    grafts its files, but as data, with a warning that such files will stop being installed."""
+    *_, log = built
+    assert "running sdist" in log and "running bdist_wheel" in log, log[-2000:]  # setuptools' own output
+    assert "absent from the `packages` configuration" not in log, log[log.find("absent from the") - 300:][:1500]
 
 
 def test_the_command_runs_as_python_m_and_as_the_installed_console_script(tmp_path):
