@@ -63,7 +63,11 @@ def test_a_large_space_is_searched_not_screened_whole_and_finds_the_best(timed, 
     assert len(timed.screened()) < len(LARGE) // 2, len(timed.screened())
     (record,) = recorder.records
     assert any(f"searched {len(timed.screened())} of 480 candidates" in n for n in record.notes), record.notes
-    assert len(record.timings) == len(timed.screened())  # the others were never compiled nor run
+    # The others were never compiled nor run: each is there as infinity, with the reason.
+    assert len(record.timings) == len(LARGE)
+    unscreened = [c for c in record.timings if str(c) not in set(timed.screened())]
+    assert len(unscreened) == len(LARGE) - len(timed.screened())
+    assert all(record.timings[c] == [math.inf] * 3 and record.failures[c] == engine.NOT_SEARCHED for c in unscreened)
 
 
 def test_a_small_space_is_screened_whole(timed, monkeypatch):

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from . import _compat, bus, distributed, failures, settings
-from .patched import candidates, kernel_state
+from .patched import accuracy, candidates, kernel_state
 from .requests import TuningRecord, TuningRequest
 
 LOG_DIR = Path(".autotune_logs")
@@ -112,6 +112,16 @@ class Session:
         if self.device != "cpu":  # compile every candidate up front, in parallel, as plain tuning does
             for config, reason in candidates.precompile(tuner, state, args, kwargs, configs).items():
                 entry.invalid[configs.index(config)] = reason
+        if accuracy.accuracy_check_enabled(tuner) and len(configs) > 1:
+            # Run once each with this launch's arguments before any is timed in the flow, against
+            # the reference the kernel's own order gives (as every other front end does).
+            pre, post = candidates.call_hooks(tuner)
+            gate = accuracy.Gate(state.name, accuracy.reference_order(configs, tuner.configs, request.reference),
+                                 candidates.make_call_factory(tuner, state, args, kwargs, pre, post), named)
+            failed = {configs[i]: r for i, r in entry.invalid.items()}
+            for config, reason in gate.check(configs, failed).items():
+                entry.invalid[next(i for i, c in enumerate(configs) if c is config)] = reason
+            gate.finish()
         self.log(f"registered {state.name} key={key} with {len(configs)} candidates")
         return entry
 

@@ -36,7 +36,10 @@ def tdp_generate_configs(request):
     :param request: the :class:`~triton_dist_plugin.requests.TuningRequest` (kernel, key,
         named arguments, launch keywords, device).
     :returns: a non-empty list of ``triton.Config``, or None to let the next implementation
-        decide. Stops at the first non-None result.
+        decide. Stops at the first non-None result. An implementation may set
+        ``request.reference`` to one of the configs it returns: the accuracy check's reference
+        (``check_accuracy=True``), a conservative candidate it trusts to compute the right
+        result; otherwise the first config it returns is.
     """
 
 

@@ -40,6 +40,9 @@ class TuningRequest:
     ranking: Optional[list] = None
     problem: Any = None
     model: Optional[dict] = None
+    #: the candidate the accuracy check takes as its reference first, where no author's order
+    #: says (``configs=[]``: ``tdp_generate_configs`` may designate a conservative one), or None
+    reference: Any = None
 
 
 @dataclass

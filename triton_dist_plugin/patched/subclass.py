@@ -19,7 +19,7 @@ from ..failures import NoValidConfig, raw
 from ..requests import INF3, TuningRequest
 from . import batch as _batch
 from . import kernel_state
-from .accuracy import accuracy_check_enabled, check_accuracy
+from .accuracy import Gate, accuracy_check_enabled, reference_order
 from .benchmarker import screen_for, user_do_bench
 from .candidates import agree, check_conflicts, compile_all, make_call_factory, record_failure, split_launch
 from .kernel_state import KernelState, state_of
@@ -147,8 +147,18 @@ def _wrong_results(instance: Any, state: KernelState, args: tuple, meta: dict, n
     remembers it if it stays broken. One that cache already holds is not run here at all."""
     known = {c: "a failed compile Triton-Ascend remembers"
              for c in _compat.remembered_compile_failures(instance, configs, args, meta)}
-    found = check_accuracy(configs, _subclass_calls(instance, state, args, meta), named, known)
+    found = _checked(instance, state, configs, _subclass_calls(instance, state, args, meta), named, known)
     return {c: reason for c, reason in found.items() if reason.startswith("wrong result")}
+
+
+def _checked(instance: Any, state: KernelState, configs: list, make_call, named: dict, known: dict) -> dict:
+    """The accuracy check of every one of ``configs`` (a subclass's loop readied them all):
+    ``{config: reason}`` for those that raise or disagree with the reference, sought in the
+    kernel's own order whatever order the subclass's pruning left."""
+    gate = Gate(state.name, reference_order(configs, instance.configs), make_call, named)
+    wrong = gate.check(configs, known)
+    gate.finish()
+    return wrong
 
 
 def _subclass_calls(instance: Any, state: KernelState, args: tuple, meta: dict):
@@ -170,7 +180,7 @@ def _subclass_round(instance: Any, state: KernelState, args: tuple, meta: dict, 
     compile_all(instance, state, request, args, meta, configs)  # failures show again when timed, as upstream
     do_bench = user_do_bench(instance)
     screen = screen_for(instance, do_bench)
-    wrong = check_accuracy(configs, make_call, named, {}) if accuracy_check_enabled(instance) else {}
+    wrong = _checked(instance, state, configs, make_call, named, {}) if accuracy_check_enabled(instance) else {}
     group = distributed.kernel_group()  # only inside tuning_group(): the user asked for it
     agree(group, state, request.key, configs)
 

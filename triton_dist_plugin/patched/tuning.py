@@ -18,7 +18,8 @@ from ..reporting import report
 from ..requests import TuningRequest
 from ..search import strategy as search
 from ..store import cache, describe, persist
-from .accuracy import accuracy_check_enabled, check_accuracy
+from . import accuracy
+from .accuracy import accuracy_check_enabled
 from .benchmarker import screen_for, user_do_bench
 from .candidates import agree, call_hooks, compile_all, make_call_factory, split_launch
 from .kernel_state import KernelState
@@ -48,16 +49,13 @@ def bench_and_record(instance: Any, state: KernelState, request: TuningRequest, 
         nonlocal outcome
         worker, runs = _isolation(instance, state, args, kwargs, configs, request)  # runs candidates as they compile
         position = {id(c): i for i, c in enumerate(configs)}
-        checking, memo = accuracy_check_enabled(instance), {}
 
-        def prepare(subset: list, stream: Any = None) -> dict:
-            """Compile ``subset`` (all the candidates, or a search's step), run it in the isolation
-            worker, check its results: ``{config: reason}`` for those never to be timed. Without
-            isolation or accuracy checks, ``stream`` screens each as it compiles, and may leave
-            hopeless ones uncompiled (``stream.py``); with them, nothing runs here before both."""
-            streaming = stream is not None and worker is None and not checking
+        def ready(subset: list, stream: Any = None) -> tuple[dict, dict]:
+            """Compile ``subset`` and run it in the isolation worker: ``(failed, unsafe)``, the
+            compile failures and those that crashed or hung the worker. ``stream`` screens each
+            as it compiles, and may leave hopeless ones uncompiled (``stream.py``)."""
 
-            def ready(j: int) -> None:  # subset[j] compiled: the worker runs it now, or it is screened
+            def arrived(j: int) -> None:  # subset[j] compiled: the worker runs it now, or it is screened
                 if worker is None:
                     stream.ready(subset[j])
                     return
@@ -65,15 +63,26 @@ def bench_and_record(instance: Any, state: KernelState, request: TuningRequest, 
                 worker.submit(i, *runs[i])
 
             failed = compile_all(instance, state, request, args, kwargs, subset, group,
-                                 ready if worker is not None or streaming else None,
-                                 (lambda j: stream.wanted(subset[j])) if streaming else None)
-            skipped = {c: r for c, r in failed.items() if never_timed(r)}  # left out, or given up
+                                 arrived if worker is not None or stream is not None else None,
+                                 (lambda j: stream.wanted(subset[j])) if stream is not None else None)
             unsafe = _isolated(worker, request, configs, {position[id(c)]: runs[position[id(c)]] for c in subset},
                                failed) if worker is not None else {}
+            return failed, unsafe
+
+        gate = accuracy.Gate(state.name, accuracy.reference_order(configs, instance.configs, request.reference),
+                             make_call, named, lambda extra: {k: v for d in ready(extra) for k, v in d.items()}) \
+            if accuracy_check_enabled(instance) else None
+
+        def prepare(subset: list, stream: Any = None) -> dict:
+            """Ready ``subset`` (all the candidates, or a search's step) and check its results:
+            ``{config: reason}`` for those never to be timed. Without isolation or accuracy checks,
+            ``stream`` screens each as it compiles; with them, nothing runs here before both."""
+            failed, unsafe = ready(subset, stream if worker is None and gate is None else None)
+            skipped = {c: r for c, r in failed.items() if never_timed(r)}  # left out, or given up
             # A candidate that failed to compile is still launched and timed, as upstream does: its
             # hooks and the kernel's own do_bench see the failure (a post_hook gets the exception).
             # One that crashed or hung the isolation worker is never run here.
-            wrong = check_accuracy(subset, make_call, named, {**failed, **unsafe}, memo) if checking else {}
+            wrong = gate.check(subset, {**failed, **unsafe}) if gate is not None else {}
             return {**skipped, **unsafe, **wrong}
 
         do_bench = user_do_bench(instance)
@@ -89,10 +98,12 @@ def bench_and_record(instance: Any, state: KernelState, request: TuningRequest, 
             outcome = engine.run_candidates(request, configs, make_call, method=method, do_bench=do_bench,
                                             group=group, screen=screen_for(instance, do_bench),
                                             upstream_errors=True, on_candidate=advance if bar is not None else None,
-                                            prepare=prepare)
+                                            prepare=prepare, anchor=gate.reference_config if gate else None)
         finally:
             if bar is not None:
                 bar.close()
+        if gate is not None:
+            gate.finish()
         whole = len(configs) <= search.whole_limit()
         state.rankings[key] = ([describe.describe(c) for c in search.ranked(outcome.timings)],
                                [describe.describe(c) for c in configs] if whole else None)
