@@ -510,6 +510,46 @@ def scenario_device_rounds(rank, world, group):
             "correct": bool(torch.equal(x, y))}
 
 
+def scenario_accuracy(rank, world, group):
+    """The accuracy check under a group, where the author's first config raises on rank 1 only, so
+    each rank seeks its reference from other results; a wrong candidate is the fastest, and a search
+    budget of 2 with a cost model that ranks the wrong ones first screens only them: the ranks still
+    screen the same candidates (rank 0's reference among them), agree, and pick a right one."""
+    import triton.language as tl
+
+    @triton.jit
+    def graded(x, out, n, RANK: tl.constexpr, BLOCK: tl.constexpr, FLAW: tl.constexpr, ID: tl.constexpr):
+        tl.static_assert(not (FLAW == 5 and RANK == 1), "broken on rank 1")
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        v = tl.load(x + offs, mask=offs < n) * 2.0
+        if FLAW == 4:
+            v = v + 100.0
+        tl.store(out + offs, v, mask=offs < n)
+
+    class Scripted:
+        @tdp.hookimpl(tryfirst=True)
+        def tdp_time_candidate(self, request):
+            request.call()
+            return [5.0, 4.0, 3.0, 0.1, 0.2][request.config.kwargs["ID"]]
+
+        @tdp.hookimpl(tryfirst=True)
+        def tdp_rank_candidates(self, request, candidates):
+            return [[9.0, 8.0, 7.0, 0.1, 0.2][c.kwargs["ID"]] for c in candidates]
+
+    os.environ["TRITON_DIST_AUTOTUNE_SEARCH_WHOLE"] = "2"
+    os.environ["TRITON_DIST_AUTOTUNE_SEARCH_BUDGET"] = "2"
+    tdp.register(Scripted())
+    flaws = [5, 0, 0, 4, 4]  # raises on rank 1, right, right, wrong, wrong
+    configs = [triton.Config({"BLOCK": 16, "FLAW": f, "ID": i}) for i, f in enumerate(flaws)]
+    kernel = triton.autotune(configs=configs, key=["n"], check_accuracy=True)(graded)
+    n = 48
+    x, out = torch.linspace(-1, 1, n), torch.zeros(n)
+    with tdp.tuning_group(group):
+        kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, out, n, RANK=rank)
+    return {"pick": kernel.best_config.kwargs["ID"], "right": bool(torch.allclose(out, 2 * x)),
+            "timed": sorted(c.kwargs["ID"] for c, t in kernel.configs_timings.items() if math.isfinite(t[0]))}
+
+
 def main():
     scenario, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     if f"prepare_{scenario}" in globals():

@@ -190,3 +190,10 @@ def test_interleaved_rounds_on_a_device_stay_in_step_when_a_finalist_fails_on_on
     assert {r["pick"] for r in results} == {1}
     assert "lost the device on rank 1" in results[1]["failed"]["4"]
     assert any("interleaved rounds" in note for note in results[0]["notes"])
+
+
+def test_the_accuracy_check_under_a_group_screens_the_same_candidates_and_picks_a_right_one(tmp_path):
+    results = run_ranks("accuracy", 2, tmp_path)
+    assert [r["right"] for r in results] == [True, True]
+    assert results[0]["pick"] == results[1]["pick"] in (1, 2)
+    assert results[0]["timed"] == results[1]["timed"]

@@ -251,14 +251,6 @@ def _time(request, config, calls, method, do_bench, n_warmup, n_repeat, on_candi
     return timing, reason
 
 
-def _pinned(config: Any, configs: list, group: Any, name: str) -> Any:
-    """``config`` (one of ``configs``, or None), as the group's rank 0 has it."""
-    position = next((i for i, c in enumerate(configs) if c is config), None)
-    if group is not None and distributed.world_size(group) > 1:
-        position = distributed.from_first(group, position, f"sharing the accuracy reference of {name}")
-    return configs[position] if isinstance(position, int) and 0 <= position < len(configs) else None
-
-
 def _scores(candidates: list) -> Callable[[Any], list]:
     """What ``tdp_rank_candidates`` must return: a number per candidate (NaN reads as "no opinion")."""
 
@@ -320,9 +312,10 @@ def run_candidates(
     With ``settled`` (and no ``do_bench``), finalists too close to call are measured again and a tie
     is decided by the given order (``settle.py``); without it each candidate runs exactly the
     counts given (the function-level tuner's promise).
-    ``anchor()``, asked once the first step is ready, names a candidate every screening must hold
-    (the accuracy check's reference: a candidate known to be right is never left out, so a search
-    whose steps held only wrong ones still has a pick); under a group, rank 0's.
+    ``anchor()``, asked once the first step is ready (on every rank: it may be a collective),
+    names a candidate every screening must hold, the same on every rank (the accuracy check's
+    reference: a candidate known to be right is never left out, so a search whose steps held only
+    wrong ones still has a pick).
     ``known_failures`` are candidates already known not to work: never timed. With
     ``upstream_errors`` (the ``Autotuner`` front ends), a tuning in which no candidate works
     raises the first failure upstream would have let through, if any (see ``failures.let_through``),
@@ -407,8 +400,9 @@ def run_candidates(
             subset = [c for c in subset if id(c) not in skipped]
             if anchor is not None and not anchored:
                 anchored.append(True)  # asked once, on every rank alike (a collective under a group)
-                pinned = _pinned(anchor(), configs, group, request.kernel_name)
-                if pinned is not None and id(pinned) not in done and all(c is not pinned for c in subset):
+                pinned = anchor()
+                held = any(c is pinned for c in configs) and id(pinned) not in done
+                if held and all(c is not pinned for c in subset):
                     ready_up([pinned])
                     subset.append(pinned)
             first, failed = _round(request, subset, calls, method, None, screen.n_warmup, screen.n_repeat, group,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable, Optional
 
-from .. import _callsite, failures, settings
+from .. import _callsite, distributed, failures, settings
 
 ACCURACY_ENV = "TRITON_DIST_AUTOTUNE_CHECK_ACCURACY"
 
@@ -146,9 +146,16 @@ class Gate:
                 v.copy_(before[n])
         return wrong
 
-    def reference_config(self) -> Any:
-        """The reference, once sought (None if no candidate works): a search screens it too."""
-        return self.reference[0] if self.reference is not None else None
+    def anchor(self, group: Any = None) -> Any:
+        """The candidate a search screens whatever else it does: the reference, once sought (None
+        if no candidate works). Under a group each rank sought its own from its own results, so
+        the ranks take the latest in the reference order of theirs (a collective): the first that
+        can be right on every rank."""
+        mine = next((i for i, c in enumerate(self.order) if self.reference is not None and c is self.reference[0]), -1)
+        if group is not None and distributed.world_size(group) > 1:
+            mine = max(p[0] for p in distributed.all_gather_ints([mine], group, f"agreeing on {self.name}'s "
+                                                                                 "accuracy reference"))
+        return self.order[mine] if mine >= 0 else None
 
     def finish(self) -> None:
         """Warn once if most candidates agree with each other and not with the reference."""

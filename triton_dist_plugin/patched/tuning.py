@@ -50,10 +50,11 @@ def bench_and_record(instance: Any, state: KernelState, request: TuningRequest, 
         worker, runs = _isolation(instance, state, args, kwargs, configs, request)  # runs candidates as they compile
         position = {id(c): i for i, c in enumerate(configs)}
 
-        def ready(subset: list, stream: Any = None) -> tuple[dict, dict]:
+        def ready(subset: list, stream: Any = None, together: bool = True) -> tuple[dict, dict]:
             """Compile ``subset`` and run it in the isolation worker: ``(failed, unsafe)``, the
             compile failures and those that crashed or hung the worker. ``stream`` screens each
-            as it compiles, and may leave hopeless ones uncompiled (``stream.py``)."""
+            as it compiles, and may leave hopeless ones uncompiled (``stream.py``). ``together``:
+            every rank of the group readies the same ones now, and may split the compiles."""
 
             def arrived(j: int) -> None:  # subset[j] compiled: the worker runs it now, or it is screened
                 if worker is None:
@@ -62,15 +63,18 @@ def bench_and_record(instance: Any, state: KernelState, request: TuningRequest, 
                 i = position[id(subset[j])]
                 worker.submit(i, *runs[i])
 
-            failed = compile_all(instance, state, request, args, kwargs, subset, group,
+            failed = compile_all(instance, state, request, args, kwargs, subset, group if together else None,
                                  arrived if worker is not None or stream is not None else None,
                                  (lambda j: stream.wanted(subset[j])) if stream is not None else None)
             unsafe = _isolated(worker, request, configs, {position[id(c)]: runs[position[id(c)]] for c in subset},
                                failed) if worker is not None else {}
             return failed, unsafe
 
+        # The reference is sought on each rank from its own results, so a candidate readied for it
+        # alone is compiled by this rank alone (no exchange another rank may not make).
         gate = accuracy.Gate(state.name, accuracy.reference_order(configs, instance.configs, request.reference),
-                             make_call, named, lambda extra: {k: v for d in ready(extra) for k, v in d.items()}) \
+                             make_call, named, lambda extra: {k: v for d in ready(extra, together=False)
+                                                              for k, v in d.items()}) \
             if accuracy_check_enabled(instance) else None
 
         def prepare(subset: list, stream: Any = None) -> dict:
@@ -98,7 +102,7 @@ def bench_and_record(instance: Any, state: KernelState, request: TuningRequest, 
             outcome = engine.run_candidates(request, configs, make_call, method=method, do_bench=do_bench,
                                             group=group, screen=screen_for(instance, do_bench),
                                             upstream_errors=True, on_candidate=advance if bar is not None else None,
-                                            prepare=prepare, anchor=gate.reference_config if gate else None)
+                                            prepare=prepare, anchor=(lambda: gate.anchor(group)) if gate else None)
         finally:
             if bar is not None:
                 bar.close()
