@@ -128,3 +128,24 @@ def first_call_matmul() -> tuple[float, Any]:
     tuned = triton.autotune(configs=mm.configs("cuda"), key=mm.key)(mm.jit)
     _, seconds = timed_call(lambda: mm.launch(tuned, a, b))
     return seconds, tuned
+
+
+def cupti_ms(call, name: str, n: int, flush) -> float:
+    """The median CUPTI kernel time (ms) of ``n`` calls of ``call`` (each after ``flush()``, an L2 flush),
+    the kernels whose name holds ``name``: the time of the kernel alone, as the judge of a pick."""
+    import statistics
+
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            flush()
+            call()
+        torch.cuda.synchronize()
+    times = [e.device_time for e in prof.events() if e.device_type == DeviceType.CUDA and name in e.name]
+    if len(times) < n:
+        raise RuntimeError(f"the CUDA profiler recorded {len(times)} of {n} launches of {name!r} (is CUPTI there?)")
+    return statistics.median(times) / 1e3

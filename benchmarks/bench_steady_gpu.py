@@ -42,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import save_results
+from _common import cupti_ms, save_results
 from _procs import call_child, fresh_env, last_stderr_line, serve
 
 RESULTS = "steady_h200.json"
@@ -169,24 +169,6 @@ def child_load() -> dict:
             "child_s": time.perf_counter() - started}
 
 
-def _cupti_ms(call, name: str, n: int, flush) -> float:
-    """The median CUPTI kernel time (ms) of ``n`` calls, each after an L2 flush."""
-    import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(n):
-            flush()
-            call()
-        torch.cuda.synchronize()
-    times = [e.device_time for e in prof.events() if e.device_type == DeviceType.CUDA and name in e.name]
-    if len(times) < n:
-        raise RuntimeError(f"the CUDA profiler recorded {len(times)} of {n} launches of {name!r} (is CUPTI there?)")
-    return statistics.median(times) / 1e3
-
-
 def _wall_ms(call, n: int) -> float:
     samples = []
     for _ in range(n):
@@ -234,7 +216,7 @@ def child_judge() -> dict:
         for name, picks in calls.items():
             for i, (call, kernel) in picks.items():
                 try:
-                    ms = _cupti_ms(call, kernel, counts[name], flush) if cuda else _wall_ms(call, counts[name])
+                    ms = cupti_ms(call, kernel, counts[name], flush) if cuda else _wall_ms(call, counts[name])
                 except Exception as exc:
                     errors[f"{name}#{i}"] = _first_line(exc)
                     continue
