@@ -130,7 +130,9 @@ class Gate:
     def check(self, subset: list, failed: dict) -> dict:
         """``{config: reason}`` for those of ``subset`` that raise or disagree with the reference;
         ``failed``: those already known to fail (never run here). The arguments end as they began."""
-        before = {n: v.clone() for n, v in self.tensors.items()}
+        # The first step finds the arguments as they were before tuning; a later one, as timing
+        # runs left them (an in-place kernel without restore_value changes its inputs, as upstream's do).
+        before = self.original if not self.sought else {n: v.clone() for n, v in self.tensors.items()}
         wrong: dict = {}
         try:
             if not self.sought:
