@@ -19,8 +19,8 @@
 # tests/test_packaging.py checks.
 #
 # Nothing is written into the checkout. Everything lives in a temporary directory removed at the end,
-# or in $TDP_TEST_WORK if set (kept; .ci/compat reuses the build found there). Sourced, this file only
-# defines its functions (.ci/compat uses them).
+# or in $TDP_TEST_WORK if set (kept; .ci/compat reuses the build found there). $TDP_PYTHON (default python3)
+# makes the venvs. Sourced, this file only defines its functions (.ci/compat uses them).
 set -euo pipefail
 
 TDP_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
