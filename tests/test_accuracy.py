@@ -283,7 +283,8 @@ def test_most_candidates_agreeing_against_the_reference_is_a_warning_naming_both
     with pytest.warns(RuntimeWarning, match=r"3 candidates agree with each other and not with the accuracy "
                                             r"check's reference .*FLAW: 4.* put a config you trust first") as told:
         kernel[_grid](x, out, N)
-    assert "FLAW: 0" in str(told[0].message) and told[0].filename == __file__
+    (warned,) = [w for w in told if "agree with each other" in str(w.message)]  # (not an interpreter's own)
+    assert "FLAW: 0" in str(warned.message) and warned.filename == __file__
     torch.testing.assert_close(out, _output(LOT, x))  # the author's first is trusted, as documented
 
 
@@ -317,7 +318,10 @@ def test_reference_order_follows_the_author_not_the_pruning():
     pruned = [author[3], author[1], author[0]]  # a perf_model's order
     assert accuracy.reference_order(pruned, author) == [author[0], author[1], author[3]]
     rebuilt = [triton.Config(dict(c.kwargs)) for c in pruned]  # pruning that rebuilds configs
-    assert accuracy.reference_order(rebuilt, author) == [rebuilt[2], rebuilt[1], rebuilt[0]]
+    # An equal config's place counts where configs compare by value (Triton 3.3+); before, as given.
+    by_value = "__eq__" in vars(triton.Config)
+    expected = [rebuilt[2], rebuilt[1], rebuilt[0]] if by_value else rebuilt
+    assert accuracy.reference_order(rebuilt, author) == expected
     assert accuracy.reference_order(pruned, author, designated=author[1])[0] is author[1]
 
 
