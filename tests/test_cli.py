@@ -198,3 +198,59 @@ def test_every_view_tells_full_measurements_from_screening_rounds_after_a_disk_h
     assert sorted(c["round"] for c in exported["candidates"]) == ["full"] * 2 + ["screening"] * 4
     (row,) = csv.DictReader(io.StringIO(run("export", "--format", "csv", "--kernels")))
     assert float(row["best_ms"]) == pick["ms"] and (row["measured_fully"], row["screened"]) == ("2", "4")
+
+
+def test_every_command_names_each_entry_it_cannot_read_and_counts_them(homes, tmp_path):
+    """A cut-short, binary, non-JSON, invalid, too large or linked entry file: each command that
+    reads entries names each on standard error, with why, and counts them at the end; the
+    readable entries are still shown."""
+    from triton_dist_plugin.store import filestore
+
+    good = sorted((homes / ".triton_dist" / "autotune").glob("*/*.json"))[0]
+    folder = good.parent
+    victim = tmp_path / "victim.json"
+    victim.write_text(good.read_text())
+    bad = {"cut": good.read_bytes()[:80], "binary": b"\x00\xff\xfe" * 10, "text": b"not json at all",
+           "invalid": json.dumps({**json.loads(good.read_text()), "candidates": "abc"}).encode()}
+    paths = {}
+    for i, (what, data) in enumerate(bad.items()):
+        paths[what] = folder / f"{i:032x}.json"
+        paths[what].write_bytes(data)
+    paths["large"] = folder / ("e" * 32 + ".json")
+    with open(paths["large"], "wb") as f:
+        f.truncate(filestore.ENTRY_LIMIT + 1)  # sparse: nothing on disk
+    paths["link"] = folder / ("d" * 32 + ".json")
+    paths["link"].symlink_to(victim)
+    why = {"cut": "not JSON, or cut short", "binary": "not UTF-8 text", "text": "not JSON",
+           "invalid": "field 'candidates' is str", "large": "more than", "link": "symbolic link"}
+    for args in (["list"], ["show", "scaled"], ["export"], ["report", "-o", str(tmp_path / "r.html")],
+                 ["clear", "scaled", "-n"]):
+        result = cli(*args)
+        assert result.returncode == 0, result.stderr
+        lines = result.stderr.splitlines()
+        for what, path in paths.items():
+            (line,) = [line for line in lines if str(path) in line]
+            assert line.startswith(f"triton-dist-tune: warning: skipping {path}: ") and why[what] in line, line
+        assert lines[-1].startswith("triton-dist-tune: warning: 6 entries could not be read"), lines
+        assert len(lines) == 7, lines
+    assert sum("scaled_sum" in line for line in cli("list").stdout.splitlines()) == 2
+
+
+def test_list_prints_each_entry_as_it_is_read():
+    """The rows come out while the entries are still being read: a listing of any size holds a
+    few hundred rows at most."""
+    from triton_dist_plugin.cli.entries import Entry
+    from triton_dist_plugin.cli.views import list_lines
+
+    def entries():
+        for i in range(1000):
+            yield Entry("kernel", "k", f"({i},)", "p", 1.0, "2026-01-01T00:00:00", "x.json")
+        raise RuntimeError("read past the end")
+
+    printed = []
+    with pytest.raises(RuntimeError, match="read past the end"):
+        for line in list_lines(entries()):
+            printed.append(line)
+    assert len(printed) == 1002 and printed[0].split()[:3] == ["kind", "name", "key"]
+    lazy = list_lines(iter([Entry("kernel", "k", "(1,)", "p", 1.0, "w", "x")] * 300 + [None]))
+    assert [next(lazy) for _ in range(3)][2].startswith("kernel")  # 200 rows read to size the columns, not 301

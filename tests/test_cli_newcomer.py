@@ -125,8 +125,9 @@ def test_a_bad_setting_and_an_unreadable_cache_file_are_one_line_each(tuned):
     result = cli("list")
     assert result.returncode == 0
     warned = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(warned) == 1 and warned[0].startswith("triton-dist-tune: warning: corrupt autotune cache"), \
-        result.stderr
+    assert len(warned) == 2 and warned[0].startswith(f"triton-dist-tune: warning: skipping {entry}: not JSON"), \
+        result.stderr  # the entry, and why; then the count
+    assert warned[1].startswith("triton-dist-tune: warning: 1 entry could not be read"), result.stderr
 
 
 # -- item 5: a pattern that matches nothing: one behaviour --------------------------------------

@@ -41,6 +41,11 @@ def victim(tmp_path) -> Path:
     return path
 
 
+#: a function-level record as the tuner hands it to ``FunctionCache.store`` (one candidate, the pick)
+VALID = {"pick": 0, "pick_config": "{'a': 1}", "method": "wall", "bench_time_s": 0.1, "retained": [0],
+         "candidates": [{"index": 0, "config": "{'a': 1}", "ms": [1.0, 1.0, 1.0], "failure": None, "measured": True}]}
+
+
 def untouched(path: Path, text: str = '{"ssh": "key"}') -> bool:
     return path.read_text() == text and sorted(p.name for p in path.parent.iterdir()) == [path.name]
 
@@ -80,7 +85,7 @@ def test_a_function_cache_whose_directory_is_a_planted_link_keeps_nothing_there(
     store.dir.parent.mkdir(parents=True)
     store.dir.symlink_to(victim.parent)
     with pytest.raises(OSError, match="symbolic link"):
-        store.store((1,), {"pick": 0})
+        store.store((1,), VALID)
     store.log((1,), "tuned\n")
     assert untouched(victim)
 
@@ -265,18 +270,20 @@ def test_a_writer_killed_mid_write_leaves_the_old_entry_and_its_temporary_is_rem
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
-    left = [p.name for p in entry.parent.iterdir() if p.name.endswith(".tmp")]
+    partial = entry.parent / ".partial"  # where writers keep their temporaries
+    left = [p.name for p in partial.iterdir() if p.name.endswith(".tmp")]
     assert left and all(f"-{child.pid}." in name for name in left)  # the writer is named
     assert filestore.read_json(entry, root) == {"version": 1}  # never half a file
     for name in left:  # a minute later (sooner, a writer of another PID namespace may look dead)
-        os.utime(entry.parent / name, (time.time() - 120,) * 2)
+        os.utime(partial / name, (time.time() - 120,) * 2)
     filestore.write_json_atomic(entry.parent / "other.json", {}, root=root)  # any write there sweeps
+    assert not [p for p in partial.iterdir() if p.name.endswith(".tmp")]
     assert not [p for p in entry.parent.iterdir() if p.name.endswith(".tmp")]
 
 
 def test_only_this_users_stale_temporaries_are_removed(root):
-    folder = root / "fn"
-    folder.mkdir()
+    folder = root / "fn" / ".partial"
+    folder.mkdir(parents=True)
     old = folder / ".a.json.k2j4h_1x.tmp"  # an older release's tempfile.mkstemp name
     live = folder / f".b.json.{socket.gethostname()}-{os.getpid()}.00ff.tmp"  # this process, busy
     for path in (old, live):
@@ -287,23 +294,30 @@ def test_only_this_users_stale_temporaries_are_removed(root):
     os.utime(foreign, (time.time() - 3600,) * 2)
     if os.geteuid() == 0:
         os.chown(foreign, OTHER_UID, OTHER_UID)
-    filestore.write_json_atomic(folder / "d.json", {}, root=root)
+    filestore.write_json_atomic(folder.parent / "d.json", {}, root=root)
     assert not old.exists() and live.exists()
     assert foreign.exists() == (os.geteuid() == 0)
 
 
-def test_clear_all_removes_every_temporary_and_lock_file(root, victim, capsys):
+def test_clear_all_removes_dead_writers_temporaries_and_free_lock_files(root, victim, capsys):
+    from triton_dist_plugin.store import safe_files
+
     untuned.record_miss("k", (1,), "strict")
     filestore.write_json_atomic(root / "kernels" / "k" / "d.json", {"not": "an entry"}, root=root)
-    (root / "kernels" / "k" / ".d.json.host-1.00ff.tmp").write_text("{")
+    (root / "kernels" / "k" / ".partial" / f".d.json.{safe_files._HOST}-999999999.00ff.tmp").write_text("{")  # died
     (root / "fn").mkdir()
-    (root / "fn" / ".e.json.host-2.00ff.tmp").write_text("{")
+    old = root / "fn" / ".e.json.host-2.00ff.tmp"  # another host's, long stale
+    old.write_text("{")
+    os.utime(old, (time.time() - 3600,) * 2)
+    elsewhere = root / "fn" / ".f.json.host-3.00ff.tmp"  # another host's, just written: it may be busy
+    elsewhere.write_text("{")
     (root / "fn" / "e.json.lock").symlink_to(victim)
     (root / "fn" / "notes.txt").write_text("mine")
     assert cli.main(["clear", "--all"]) == 0
     left = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() or p.is_symlink())
-    assert left == ["fn/notes.txt", "kernels/k/d.json", untuned.MISSES]
+    assert left == ["fn/.f.json.host-3.00ff.tmp", "fn/notes.txt", "kernels/k/d.json", untuned.MISSES]
     assert untouched(victim)
+    assert "skipping" in capsys.readouterr().err  # d.json is no entry: named, and left alone
 
 
 # -- 5. appends that cannot tear ---------------------------------------------------------------
@@ -400,3 +414,61 @@ def test_a_planted_lock_file_link_leaves_the_victim_untouched(root, victim):
         untuned.record_miss("k", (1,), "strict")
     assert untouched(victim) and victim.stat().st_mtime_ns == stamp
     assert not entry.exists()
+
+
+def test_clear_all_never_removes_a_live_writers_temporary_or_lock(root):
+    """A real writer, stopped after writing its temporary and before the rename, holds the
+    entry's lock: ``clear --all`` leaves its temporary and its lock file; once it is dead, the
+    next ``clear --all`` removes both."""
+    entry = root / "fn" / "d.json"
+    filestore.write_json_atomic(entry, {"version": 1}, root=root)
+    child = subprocess.Popen([sys.executable, "-c", STALLED_WRITER, str(entry), str(root)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "written\n"
+        temporaries = [p for p in (entry.parent / ".partial").iterdir() if p.name.endswith(".tmp")]
+        assert len(temporaries) == 1
+        assert cli.main(["clear", "--all"]) == 0
+        assert temporaries[0].exists() and Path(f"{entry}.lock").exists()  # the writer's, busy
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert cli.main(["clear", "--all"]) == 0
+    assert not temporaries[0].exists() and not Path(f"{entry}.lock").exists()
+
+
+@pytest.mark.parametrize("place", ["the directory", "a folder above it"])
+def test_a_cache_directory_that_is_a_dangling_link_says_so_once(tmp_path, monkeypatch, place):
+    """``TRITON_DIST_AUTOTUNE_DIR`` a link to nowhere: one warning that says so, for every key of
+    a function and a kernel, their misses in frozen mode included; the picks are kept in memory."""
+    import warnings
+
+    import torch
+    import triton
+
+    from kernels import KERNELS
+    from triton_dist_plugin.tune import autotune
+
+    link = tmp_path / "gone"
+    link.symlink_to(tmp_path / "nowhere")
+    monkeypatch.setenv(cache.ROOT_ENV, str(link if place == "the directory" else link / "autotune"))
+    add = KERNELS["add"]
+    kernel = triton.autotune(configs=add.configs("cpu"), key=add.key)(add.jit)
+
+    @autotune(config_space=[{"f": 1}, {"f": 2}], key_fn=lambda x: x.numel())
+    def scaled(x, f):
+        return x * f
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (300, 500):
+            x = torch.randn(n)
+            torch.testing.assert_close(scaled(x), scaled(x))
+            torch.testing.assert_close(add.launch(kernel, x, x), 2 * x)
+        monkeypatch.setenv(untuned.FROZEN_ENV, "nearest")
+        add.launch(triton.autotune(configs=add.configs("cpu"), key=add.key)(add.jit), *add.make_inputs("tiny", "cpu"))
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)
+                and "never tuned" not in str(w.message)]
+    assert len(messages) == 1, messages
+    assert f"{link} is a symbolic link to {str(tmp_path / 'nowhere')!r}, which does not exist" in messages[0]
+    assert len(kernel.cache) == 2 and not (tmp_path / "nowhere").exists()

@@ -551,8 +551,8 @@ def test_a_fresh_temporary_of_a_writer_that_looks_gone_is_left_alone(tmp_path):
 
     folder = tmp_path / "d"
     filestore.write_json_atomic(folder / "a.json", {"x": 1}, root=tmp_path)
-    fresh = folder / f".b.json.{safe_files._HOST}-999999999.{'0' * 16}.tmp"
-    old = folder / f".c.json.{safe_files._HOST}-999999998.{'1' * 16}.tmp"
+    fresh = folder / ".partial" / f".b.json.{safe_files._HOST}-999999999.{'0' * 16}.tmp"
+    old = folder / ".partial" / f".c.json.{safe_files._HOST}-999999998.{'1' * 16}.tmp"
     fresh.write_text("{}")
     old.write_text("{}")
     os.utime(old, (time.time() - 120, time.time() - 120))

@@ -28,7 +28,7 @@ from typing import Any, Optional
 
 from . import _callsite, engine, settings
 from .requests import TuningRequest
-from .store import cache, filestore
+from .store import cache, filestore, keys
 
 ENV = "TRITON_DIST_AUTOTUNE_ON_CAPTURE"
 FROZEN_ENV = "TRITON_DIST_AUTOTUNE_FROZEN"
@@ -110,6 +110,8 @@ def _substitute(name, key, tuned, first, autotuner, device, where, setting, advi
 def record_miss(name: str, key: Any, why: str) -> None:
     """Append the miss to ``misses.jsonl``; a failed write warns and never stops the launch."""
     root = cache.cache_root()
+    if cache.blocked(root):
+        return  # the one warning about the cache directory said it: no warning per miss
     path = root / MISSES
     line = json.dumps({"kernel": name, "key": repr(key), "why": why,
                        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat()})
@@ -135,11 +137,12 @@ def misses(root: Optional[Path] = None) -> list[dict]:
     return out
 
 
-def nearest(keys: list, key: tuple) -> Any:
+def nearest(tuned: list, key: Any) -> Any:
     """The tuned key most like ``key``: same length and same non-numeric parts (dtypes, flags),
-    closest in the ratios of its numbers (shapes); None if no key is comparable."""
+    closest in the ratios of its numbers (shapes); None if no key is comparable. Never raises,
+    whatever either key holds."""
     best, best_distance = None, math.inf
-    for other in keys:
+    for other in tuned:
         d = distance(other, key)
         if d < best_distance:
             best, best_distance = other, d
@@ -147,18 +150,7 @@ def nearest(keys: list, key: tuple) -> Any:
 
 
 def distance(a: Any, b: Any) -> float:
-    """How unlike two keys are: the sum over their numbers of ``|ln((|x|+1) / (|y|+1))|``;
-    infinite when their lengths or non-numeric parts differ."""
-    if not isinstance(a, tuple) or not isinstance(b, tuple) or len(a) != len(b):
-        return math.inf
-    total = 0.0
-    for x, y in zip(a, b):
-        if _number(x) and _number(y):
-            total += abs(math.log((abs(x) + 1) / (abs(y) + 1)))
-        elif x != y:
-            return math.inf
-    return total
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """How unlike two keys are: the sum over their numbers of ``|ln(|x|+1) - ln(|y|+1)|``;
+    infinite when their lengths or non-numeric parts differ (``keys.distance``: never NaN, never
+    raises, for any value)."""
+    return keys.distance(a, b)

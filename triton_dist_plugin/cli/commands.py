@@ -11,7 +11,8 @@
 
 The commands that take ``NAME`` keep the entries whose name contains it (``--exact``: whose name
 is it); a ``NAME`` that matches nothing is one line on standard error and status 1. ``list``,
-``show``, ``export``, ``clear`` and ``report`` also take ``--kernels`` or ``--functions``.
+``show``, ``export``, ``clear`` and ``report`` also take ``--kernels`` or ``--functions``; each
+names every entry it cannot read on standard error, with a count at the end.
 
 Finding and loading the entries (and which are skipped) is ``entries``; what each command prints
 is ``views``. This module parses the arguments, runs the commands, writes their output files and
@@ -26,12 +27,12 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from .. import settings, untuned
 from ..store import cache, filestore, manifest, persist
-from .entries import Entry, function_entries, kernel_entries, looked_in, matches, persisted_kernel_entries, remove
-from .views import cmd_export, cmd_list, cmd_misses, cmd_show
+from .entries import Entry, Reader, looked_in, matches, remove
+from .views import cmd_export, cmd_misses, cmd_show, list_lines
 
 PROG = "triton-dist-tune"
 #: the commands that read the entries: each takes NAME, --exact and --kernels/--functions
@@ -171,14 +172,38 @@ def _main(argv: Optional[list[str]]) -> int:
             print(f"{PROG} pretune: {exc}", file=sys.stderr)
             return 1
 
-    every = ([] if args.kernels else function_entries()) + (
-        [] if args.functions else persisted_kernel_entries() + kernel_entries())
-    entries = [e for e in every if matches(e.name, args.name, args.exact)]
+    reader = Reader()
+    every = reader.entries(functions=not args.kernels, kernels=not args.functions)
+    matching = (e for e in every if matches(e.name, args.name, args.exact))
+    try:
+        return _run(args, reader, matching)
+    finally:
+        summary = reader.summary()  # after any output: the count of the entries named as unreadable
+        if summary:
+            print(summary, file=sys.stderr)
+
+
+def _run(args: argparse.Namespace, reader: Reader, matching: Iterator[Entry]) -> int:
+    """One of the commands that read the entries (``ENTRY_COMMANDS``)."""
+    if args.command == "clear" and not (args.name or args.all or args.kernels or args.functions):
+        print(f"{PROG} clear: refusing to clear everything: name a function or kernel, or pass --all "
+              "(--dry-run lists what would go)", file=sys.stderr)
+        return 2
+    if args.command == "list":  # each row printed as its entry is read
+        printed = False
+        for line in list_lines(matching):
+            print(line)
+            printed = True
+        if printed:
+            return 0
+        if args.name is not None:
+            return _no_match(args.command, args.name, args.exact, bool(reader.found or reader.unreadable))
+        print(f"nothing tuned yet ({looked_in()})")
+        return 0
+    entries = list(matching)
     if args.name is not None and not entries:
-        return _no_match(args.command, args.name, args.exact, bool(every))
-    if args.command == "list":
-        print(cmd_list(entries))
-    elif args.command == "show":
+        return _no_match(args.command, args.name, args.exact, bool(reader.found or reader.unreadable))
+    if args.command == "show":
         print(cmd_show(entries))
     elif args.command == "export":
         text = cmd_export(entries, args.format)
@@ -204,10 +229,6 @@ def _main(argv: Optional[list[str]]) -> int:
 
 
 def _clear(args: argparse.Namespace, entries: list[Entry]) -> int:
-    if not args.name and not args.all and not args.kernels and not args.functions:
-        print(f"{PROG} clear: refusing to clear everything: name a function or kernel, or pass --all "
-              "(--dry-run lists what would go)", file=sys.stderr)
-        return 2
     verb = "would clear" if args.dry_run else "cleared"
     failed = 0
     for e in entries:

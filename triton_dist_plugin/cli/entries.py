@@ -6,9 +6,11 @@ and the plugin's kernel-level picks under ``triton_dist/kernels/`` in Triton's c
 (``TRITON_CACHE_DIR``, default ``$HOME/.triton/cache``; under ``TRITON_DIST_AUTOTUNE_DIR/kernels``
 when that is set); kernel-level entries also come from Triton's own ``*.autotune.json`` files
 (``cache_results=True`` or ``TRITON_CACHE_AUTOTUNING=1``) in Triton's cache directory. Every entry
-read passes the same check as at a launch (``records.check``); one that does not is skipped with
-its reason. Kept apart from the commands so that every command (and the HTML report, which is
-given these ``Entry`` objects) reads the entries one way.
+read passes the same check as at a launch (``records.check``). One that cannot be read (cut short,
+binary, not JSON, refused, too large, or not a valid record) is named on standard error with why,
+and ``Reader.summary`` counts them at the end: a user learns that a pick is gone. Entries are read
+one at a time (``list`` prints each as it is read). Kept apart from the commands so that every
+command (and the HTML report, which is given these ``Entry`` objects) reads the entries one way.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from ..store import cache, filestore, fingerprint, manifest, persist, records
 
@@ -62,61 +64,76 @@ def _ms(value) -> Optional[float]:
         return None
 
 
-def _skip(path: Path, reason: str) -> None:
-    print(f"triton-dist-tune: skipping {path}: {reason}", file=sys.stderr)
+class Reader:
+    """The entries, one at a time; each one that cannot be read is named on standard error."""
 
+    def __init__(self) -> None:
+        self.found = 0  # entries read (matching or not)
+        self.unreadable = 0
 
-def function_entries() -> list[Entry]:
-    return _plugin_entries("function", cache.cache_root(), "*/*.json")
+    def skip(self, path: Path, reason: str) -> None:
+        self.unreadable += 1
+        print(f"triton-dist-tune: warning: skipping {path}: {reason}", file=sys.stderr)
 
+    def summary(self) -> Optional[str]:
+        """The count of the entries named as unreadable, for the end of the command."""
+        n = self.unreadable
+        if not n:
+            return None
+        what = "1 entry could not be read (named above, with why); it is ignored, and its key is" if n == 1 else \
+            f"{n} entries could not be read (named above, with why); they are ignored, and their keys are"
+        return f"triton-dist-tune: warning: {what} tuned again when next launched"
 
-def persisted_kernel_entries() -> list[Entry]:
-    """The kernel-level picks the plugin keeps (``persist.py``)."""
-    return _plugin_entries("kernel", cache.kernel_base(), f"{persist.DIRECTORY}/*/*.json")
+    def entries(self, functions: bool = True, kernels: bool = True) -> Iterator[Entry]:
+        """Function-level entries, then the plugin's kernel-level picks, then Triton's own files."""
+        if functions:
+            root = cache.cache_root()
+            for folder in filestore.folders(root, root):
+                yield from self._plugin_entries("function", folder, root, folder.name)
+        if kernels:
+            root = cache.kernel_root()
+            for folder in filestore.folders(cache.kernel_base() / persist.DIRECTORY, root):
+                yield from self._plugin_entries("kernel", folder, root, f"{persist.DIRECTORY}/{folder.name}")
+            yield from self._triton_entries()
 
+    def _plugin_entries(self, kind: str, folder: Path, root: Path, place: str) -> Iterator[Entry]:
+        for path, rec, why in filestore.read_all(folder, root):
+            try:
+                if why is not None:
+                    raise records.RecordError(why)
+                records.check(rec, kind)
+            except records.RecordError as exc:
+                self.skip(path, str(exc))
+                continue
+            self.found += 1
+            cands = [{"config": c["config"], "ms": _ms(c.get("ms")), "failure": c.get("failure"),
+                      "measured": c.get("measured", True) is not False} for c in rec["candidates"]]
+            best = min((c["ms"] for c in cands if c["ms"] is not None), default=None)
+            yield Entry(kind, rec[kind], rec["key"], rec["pick_config"], best, rec["timestamp"], str(path), cands,
+                        manifest.entry(f"{place}/{path.name}", rec))
 
-def _plugin_entries(kind: str, folder: Path, pattern: str) -> list[Entry]:
-    out = []
-    root = cache.kernel_root() if kind == "kernel" else cache.cache_root()
-    for path in sorted(folder.glob(pattern)):
-        if path.is_symlink() or path.parent.is_symlink():
-            continue  # never followed (the file store refuses them too)
-        rec = filestore.read_json(path, root)
-        if rec is None:
-            continue
-        try:
-            records.check(rec, kind)
-        except records.RecordError as exc:
-            _skip(path, str(exc))
-            continue
-        cands = [{"config": c["config"], "ms": _ms(c.get("ms")), "failure": c.get("failure"),
-                  "measured": c.get("measured", True) is not False} for c in rec["candidates"]]
-        best = min((c["ms"] for c in cands if c["ms"] is not None), default=None)
-        out.append(Entry(kind, rec[kind], rec["key"], rec["pick_config"], best, rec["timestamp"], str(path), cands,
-                         manifest.entry(path, rec, kind)))
-    return out
+    def _triton_entries(self) -> Iterator[Entry]:
+        """The kernel-level entries of Triton's own ``*.autotune.json`` files."""
+        import datetime as dt
 
-
-def kernel_entries() -> list[Entry]:
-    """The kernel-level entries of Triton's own ``*.autotune.json`` files."""
-    import datetime as dt
-
-    out = []
-    for path in sorted(kernel_cache_root().glob("*/*.autotune.json")):
-        rec = filestore.read_json(path)
-        if rec is None or "configs_timings" not in rec:
-            continue
-        try:
-            cands = [_kernel_candidate(item) for item in _pairs(rec["configs_timings"])]
-            when = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc).isoformat()
-        except (ValueError, OSError, RecursionError) as exc:
-            _skip(path, "nested too deeply" if isinstance(exc, RecursionError) else str(exc))
-            continue
-        valid = [c for c in cands if c["ms"] is not None]
-        best = min(valid, key=lambda c: c["ms"]) if valid else None
-        out.append(Entry("kernel", path.name[: -len(".autotune.json")], str(rec.get("key")),
-                         best["config"] if best else "-", best["ms"] if best else None, when, str(path), cands))
-    return out
+        for path in sorted(kernel_cache_root().glob("*/*.autotune.json")):
+            rec, why = filestore.load_json(path)
+            if why is not None:
+                self.skip(path, why)
+                continue
+            if rec is None or "configs_timings" not in rec:
+                continue
+            try:
+                cands = [_kernel_candidate(item) for item in _pairs(rec["configs_timings"])]
+                when = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc).isoformat()
+            except (ValueError, OSError, RecursionError) as exc:
+                self.skip(path, "nested too deeply" if isinstance(exc, RecursionError) else str(exc))
+                continue
+            self.found += 1
+            valid = [c for c in cands if c["ms"] is not None]
+            best = min(valid, key=lambda c: c["ms"]) if valid else None
+            yield Entry("kernel", path.name[: -len(".autotune.json")], str(rec.get("key")),
+                        best["config"] if best else "-", best["ms"] if best else None, when, str(path), cands)
 
 
 def _pairs(value) -> list:

@@ -1,6 +1,7 @@
 """The text the commands print: the tables of ``list``, ``show`` and ``misses``, and the manifest
 ``export`` writes. Kept apart from argument parsing so that what a command says about an entry
-(which round timed each candidate, the pick's own time) is decided in one place.
+(which round timed each candidate, the pick's own time) is decided in one place. ``list`` prints
+each row as its entry is read (``list_lines``), so a large cache lists in bounded memory.
 """
 
 from __future__ import annotations
@@ -9,11 +10,32 @@ import csv
 import io
 import json
 from dataclasses import asdict
-from typing import Optional
+from itertools import chain, islice
+from typing import Iterable, Iterator, Optional
 
 from .. import untuned
 from ..store import cache
 from .entries import Entry, looked_in, matches
+
+_SIZING = 200  # the rows of a listing that size its columns; later ones longer than those spill over
+
+
+def _lines(rows: Iterable[list[str]], header: list[str]) -> Iterator[str]:
+    """A table's lines, each as soon as its row is given: the first rows size the columns (each
+    cut at 100 characters)."""
+    rows = iter(rows)
+    first = list(islice(rows, _SIZING))
+    widths = [min(max(len(str(x)) for x in col), 100) for col in zip(header, *first)]
+
+    def line(r: list) -> str:
+        return "  ".join(str(x)[:100].ljust(w) for x, w in zip(r, widths))
+
+    yield line(header)
+    yield "  ".join("-" * w for w in widths)
+    for r in first:
+        yield line(r)
+    for r in rows:
+        yield line(r)
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -58,11 +80,19 @@ def _source(e: Entry) -> Optional[str]:
     return source if isinstance(source, str) else None
 
 
+def list_lines(entries: Iterable[Entry]) -> Iterator[str]:
+    """The lines of ``list``, each as soon as its entry is read; none when there is no entry."""
+    entries = iter(entries)
+    first = next(entries, None)
+    if first is None:
+        return
+    rows = ([e.kind, e.name, e.key, e.pick, _fmt(_pick_ms(e)), _rounds(e), e.when[:19]]
+            for e in chain([first], entries))
+    yield from _lines(rows, ["kind", "name", "key", "pick", "pick ms", "timed", "when (UTC)"])
+
+
 def cmd_list(entries: list[Entry]) -> str:
-    if not entries:
-        return f"nothing tuned yet ({looked_in()})"
-    rows = [[e.kind, e.name, e.key, e.pick, _fmt(_pick_ms(e)), _rounds(e), e.when[:19]] for e in entries]
-    return _table(rows, ["kind", "name", "key", "pick", "pick ms", "timed", "when (UTC)"])
+    return "\n".join(list_lines(entries)) or f"nothing tuned yet ({looked_in()})"
 
 
 def cmd_show(entries: list[Entry]) -> str:

@@ -131,7 +131,8 @@ def bench_and_record(instance: Any, state: KernelState, request: TuningRequest, 
                              "pick shared by a rank")
         cache_hit = True
     elif untuned.frozen():  # a miss never times anything: raise, or launch the nearest key's pick
-        tuned = {**(store.picks(configs) if store is not None else {}), **instance.cache}
+        near = store.nearest_pick(key, configs) if store is not None else None  # from the index: no scan
+        tuned = {**({near[0]: near[1]} if near is not None else {}), **instance.cache}
         instance.cache[key] = untuned.frozen_miss(state.name, key, tuned, configs[0], instance, request.device)
         return instance.cache[key]
     else:
@@ -197,9 +198,10 @@ def _isolation(instance: Any, state: KernelState, args: tuple, kwargs: dict, con
 
 def warm_start(state: KernelState, store: Any, key: tuple, configs: list, group: Any) -> tuple:
     """``(prior, prior_key, unseen)``: ``configs`` as the nearest tuned key ranked them (fastest
-    first), from this process's tunings and the picks on disk, and those of ``configs`` that
-    key's space did not hold where it was small enough to be kept (``configs=[]`` generates per
-    shape: nothing is known of the others); ``(None, None, [])`` when no tuned key is near
+    first), from this process's tunings and the nearest key on disk (found through its folder's
+    index, not by reading every entry), and those of ``configs`` that key's space did not hold
+    where it was small enough to be kept (``configs=[]`` generates per shape: nothing is known of
+    the others); ``(None, None, [])`` when no tuned key is near
     (``untuned.nearest``: same non-numeric parts, closest shapes; and within
     ``search.WARM_DISTANCE``: shapes at most 16 times apart in all), or with
     ``TRITON_DIST_AUTOTUNE_WARM_START=0``. Under a group every rank takes the group's rank 0's
@@ -207,7 +209,8 @@ def warm_start(state: KernelState, store: Any, key: tuple, configs: list, group:
     prior = near = None
     unseen: list = []
     if settings.value(search.WARM_ENV):
-        tuned = {**(store.rankings() if store is not None else {}), **state.rankings}
+        stored = store.nearest_ranking(key) if store is not None else None  # the nearest on disk, from its index
+        tuned = {**({stored[0]: stored[1]} if stored is not None else {}), **state.rankings}
         tuned.pop(key, None)
         near = untuned.nearest(list(tuned), key)
         if near is not None and untuned.distance(near, key) <= search.WARM_DISTANCE:

@@ -36,20 +36,20 @@ def verdict(view: View) -> tuple:
         return "alone", "the only candidate", "It is the only candidate with a time."
     runner = others[0]
     margin = runner["ms"] - pick["ms"]
-    text = (f"the runner-up {runner['label']} took {fmt_ms(margin)} ({margin / pick['ms']:.0%}) longer "
+    text = (f"the runner-up {runner['label']} took {fmt_ms(margin)} ({_share(margin, pick['ms'])}) longer "
             f"({fmt_ms(runner['ms'])} against {fmt_ms(pick['ms'])})")
     spreads = [r["p80"] - r["p20"] for r in (pick, runner) if r["p20"] is not None]
     if len(spreads) < 2:
-        return "noise", f"+{margin / pick['ms']:.0%}, noise not recorded", f"{text[0].upper()}{text[1:]}; no " \
+        return "noise", f"+{_share(margin, pick['ms'])}, noise not recorded", f"{text[0].upper()}{text[1:]}; no " \
             "spread of the runs was recorded, so how much of that margin is noise is unknown."
     noise = max(spreads)
     ratio = f"the margin is {margin / noise:.2g}x the wider p20–p80 spread ({fmt_ms(noise)})" if noise > 0 else \
         "neither has any spread"
     if runner["p20"] > pick["p80"]:
-        return "clear", f"+{margin / pick['ms']:.0%}, clear of the noise", (
+        return "clear", f"+{_share(margin, pick['ms'])}, clear of the noise", (
             f"{text[0].upper()}{text[1:]}. \x02Clear of the noise\x03: the runner-up's p20 "
             f"({fmt_ms(runner['p20'])}) is above the pick's p80 ({fmt_ms(pick['p80'])}); {ratio}.")
-    return "noise", f"+{margin / pick['ms']:.0%}, within the noise", (
+    return "noise", f"+{_share(margin, pick['ms'])}, within the noise", (
         f"{text[0].upper()}{text[1:]}. \x02Within the noise\x03: their p20–p80 ranges overlap "
         f"(pick {fmt_ms(pick['p20'])}–{fmt_ms(pick['p80'])}, "
         f"runner-up {fmt_ms(runner['p20'])}–{fmt_ms(runner['p80'])}); {ratio}. Either would do.")
@@ -136,11 +136,11 @@ def chart(view: View, kind: str) -> str:
     cells = []
     for r in rows:
         cls = "pick" if r["pick"] else kind
-        width = max(0.3, 100 * r["ms"] / top)
+        width = max(0.3, 100 * (r["ms"] / top))  # divided first: a time near the float's limit stays finite
         spread = ""
         if r["p20"] is not None:
-            spread = (f"<div class=\"spread\" style=\"left:{100 * r['p20'] / top:.2f}%;"
-                      f"width:{max(0.2, 100 * (r['p80'] - r['p20']) / top):.2f}%\"></div>")
+            spread = (f"<div class=\"spread\" style=\"left:{100 * (r['p20'] / top):.2f}%;"
+                      f"width:{max(0.2, 100 * ((r['p80'] - r['p20']) / top)):.2f}%\"></div>")
         told = f"{fmt_ms(r['ms'])}" + (f" <small>(p20–p80 {r['p20']:.4g}–{r['p80']:.4g})</small>"
                                         if r["p20"] is not None else "")
         cells.append(f"<div class=\"label\">{esc(r['label'])}</div>"
@@ -160,11 +160,22 @@ def chart(view: View, kind: str) -> str:
 
 
 def _nice(value: float) -> float:
-    """The smallest of 1, 2, 2.5, 5 times a power of ten at or above ``value``."""
-    if value <= 0:
+    """The smallest of 1, 2, 2.5, 5 times a power of ten at or above ``value`` (``value`` itself
+    at the ends of what a float holds: a stored time may be any finite number)."""
+    if not value > 0:
         return 1.0
-    power = 10 ** math.floor(math.log10(value))
-    return next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= value * (1 - 1e-9))
+    power = 10.0 ** math.floor(math.log10(value)) if 1e-300 < value < 1e300 else 0.0
+    return next((m * power for m in (1, 2, 2.5, 5, 10) if m * power >= value * (1 - 1e-9)), value) if power else value
+
+
+def _share(part: float, whole: float) -> str:
+    """``part`` as a percentage of ``whole``, whatever the stored times (a pick timed at 0 ms)."""
+    share = part / whole if whole > 0 else math.inf
+    return f"{share:.0%}" if share < 1e12 else "n/a"
+
+
+def _log(ms: float) -> float:
+    return math.log(max(ms, 5e-324))
 
 
 def _order(values: set) -> list:
@@ -194,7 +205,7 @@ def heatmap(view: View) -> str:
     timed = [r["ms"] for r in view.rows if r["ms"] is not None and r["ms"] > 0]
     if not timed:
         return ""
-    low, high = math.log(min(timed)), math.log(max(timed))
+    low, high = _log(min(timed)), _log(max(timed))
     rest = [k for k in varying if k not in axes]
     body = []
     for yv in ys:
@@ -206,7 +217,7 @@ def heatmap(view: View) -> str:
                 text = "failed" if here else "not a candidate"
                 tds.append(f"<td class=\"empty\" title=\"{esc(text)}\">{'&times;' if here else '&middot;'}</td>")
                 continue
-            t = 0.0 if high == low else (math.log(best["ms"]) - low) / (high - low)
+            t = 0.0 if high == low else (_log(best["ms"]) - low) / (high - low)
             cls = ("pick " if best["pick"] else "") + best["round"]
             tds.append(f"<td class=\"{cls}\" style=\"background:hsl({120 * (1 - t):.0f},62%,{78 - 10 * t:.0f}%)\" "
                        f"title=\"{esc(best['config'])}: {fmt_ms(best['ms'])}, {esc(NAMES[best['round']])}\">"

@@ -55,37 +55,46 @@ def safe_name(name: str) -> str:
     return safe
 
 
-_blocked: dict = {}  # a cache root's text -> the file standing where it or a folder above it must be, or None
+_blocked: dict = {}  # a cache root's text -> what stands where it or a folder above it must be, or None
 
 
 def _blocker(root: Path) -> Optional[Path]:
-    """The file (not a directory) at ``root`` or at the nearest existing folder above it: then no
-    entry can ever be read or written below ``root``. Checked once per root and process; the
-    first time one is found, one warning says so, and the file store's own warnings about places
-    below it (each read, scan and write would warn again) are silenced."""
+    """What makes every entry below ``root`` unreachable: a file (not a directory) at ``root`` or
+    at the nearest existing folder above it, or a symbolic link there whose target does not
+    exist. Checked once per root and process; the first time one is found, one warning says so,
+    and the file store's own warnings about places below it (each read, scan and write would
+    warn again) are silenced."""
     text = str(root)
     if text in _blocked:
         return _blocked[text]
-    found = None
+    found, why = None, ""
     for place in (root, *root.parents):
         try:
             mode = os.stat(place).st_mode
-        except (FileNotFoundError, NotADirectoryError):  # look further up
+        except (FileNotFoundError, NotADirectoryError):  # look further up, past a link to nowhere too
+            if os.path.islink(place):
+                found, why = place, f"{place} is a symbolic link to {os.readlink(place)!r}, which does not exist"
+                break
             continue
         except OSError:
             break
         if not stat.S_ISDIR(mode):
-            found = place
+            found, why = place, f"{place} is a file, not a directory"
         break
     _blocked[text] = found
     if found is not None:
         below = re.escape(text.rstrip("/") + "/")
         warnings.filterwarnings("ignore", message=rf"(cannot read|refusing|cannot list autotune cache) {below}",
                                 category=RuntimeWarning)
-        warnings.warn(f"the autotune cache {root} cannot be used: {found} is a file, not a directory; picks are kept "
-                      f"in memory only, for this process. Point {ROOT_ENV} at a directory (or move the file) to keep "
-                      "them across runs.", RuntimeWarning, stacklevel=_callsite.stacklevel())
+        warnings.warn(f"the autotune cache {root} cannot be used: {why}; picks are kept in memory only, for this "
+                      f"process. Point {ROOT_ENV} at a directory (or make the link's target one, or move the file) "
+                      "to keep them across runs.", RuntimeWarning, stacklevel=_callsite.stacklevel())
     return found
+
+
+def blocked(root: Path) -> bool:
+    """``root`` cannot hold entries, and a warning said so once (``_blocker``)."""
+    return _blocker(root) is not None
 
 
 def cache_entry(kind: str, name: str, directory: Path, source: str, hw: dict, key: Any,
@@ -121,6 +130,18 @@ def warn_unwritable(name: str, directory: Path, key: Any, exc: OSError) -> None:
                   f"{after}.{hint}", RuntimeWarning, stacklevel=_callsite.stacklevel())
 
 
+def put_checked(entry: CacheEntry, record: dict) -> None:
+    """Hand ``record`` to every store if it passes the check every reader makes (else warn: the
+    pick stays in memory); a store's ``OSError`` is raised after all."""
+    try:
+        records.check(record, entry.kind)
+    except records.RecordError as exc:
+        warnings.warn(f"{entry.name}: the pick is kept in memory only: its entry would not pass the check "
+                      f"every reader makes ({exc})", RuntimeWarning, stacklevel=_callsite.stacklevel())
+        return
+    bus.cache_put(entry, record)
+
+
 class FunctionCache:
     """The cache directory of one tuned function."""
 
@@ -154,9 +175,14 @@ class FunctionCache:
         return record
 
     def store(self, key: Any, record: dict) -> Path:
-        """Hand the entry to every store (``tdp_cache_put``); its file's place, for the ``.log``."""
+        """Hand the entry to every store (``tdp_cache_put``); its file's place, for the ``.log``.
+        A candidate's failure leaves it no time, and a time that is not finite gets a reason."""
         entry = self.entry(key)
-        bus.cache_put(entry, {**entry_header("function", self.name, key, self.source, self.hw), **record})
+        rows = [{**c, "ms": None} if c.get("failure") is not None else
+                {**c, "failure": "timed as infinity"} if c.get("ms") is None else c
+                for c in record.get("candidates", []) if isinstance(c, dict)]
+        put_checked(entry, {**entry_header("function", self.name, key, self.source, self.hw), **record,
+                            "candidates": rows})
         return entry.path
 
     def log(self, key: Any, text: str) -> None:

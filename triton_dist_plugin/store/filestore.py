@@ -1,8 +1,10 @@
 """The built-in cache store: one JSON file per entry, written atomically under a lock.
 
 The plugin ``tdp.store`` implements ``tdp_cache_get``/``tdp_cache_put`` over ``entry.path``
-(``trylast``: any other store is asked first). The directory scans (CLI, manifests, frozen mode's
-nearest key) and the logs use the helpers below too.
+(``trylast``: any other store is asked first); a kernel entry's write also adds it to its
+directory's index (``index``: how a new key finds its nearest tuned key without reading every
+entry). The CLI, manifests and the logs use the helpers below too. An entry file larger than
+``ENTRY_LIMIT`` is refused unread.
 
 Every path is reached through ``safe_files``: from the configured root one name at a time, no
 link followed, another user's files refused unless ``TRITON_DIST_AUTOTUNE_SHARED=1``. A refused
@@ -21,10 +23,12 @@ import stat
 import warnings
 from contextlib import suppress
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from ..hookspecs import hookimpl
+from . import index, records
 from .safe_files import (
+    PARTIAL,
     Refused,
     check_owner,
     check_target,
@@ -33,10 +37,14 @@ from .safe_files import (
     mode_of,
     open_at,
     open_directory,
+    read_at,
+    subdirectory,
     temporary_name,
 )
 
 NAME = "tdp.store"
+#: the most bytes an entry file may hold (a large space's entry is well under 1 MB)
+ENTRY_LIMIT = index.ENTRY_LIMIT
 
 
 def with_suppress(fn: Callable, *args: Any) -> None:
@@ -45,9 +53,10 @@ def with_suppress(fn: Callable, *args: Any) -> None:
 
 
 def sweep(directory: Path, root: Optional[Path] = None) -> int:
-    """Remove every temporary and lock file the store left in and below ``directory`` (no link
-    followed; other users' directories skipped unless shared); how many were removed. For
-    ``triton-dist-tune clear --all``: a writer busy now loses its write."""
+    """Remove the temporaries of writers that died and the lock files no one holds, in and below
+    ``directory`` (no link followed; other users' directories skipped unless shared); how many
+    were removed. For ``triton-dist-tune clear --all``: a writer busy now keeps its temporary
+    and its lock."""
     removed = 0
     try:
         with open_directory(directory, root, create=False) as top:
@@ -57,7 +66,15 @@ def sweep(directory: Path, root: Optional[Path] = None) -> int:
                 except Refused:
                     dirs[:] = []
                     continue
-                removed += clean(folder, every=True)
+                removed += clean(folder, every=True)  # older releases' temporaries lie beside the entries
+                if PARTIAL in dirs:  # writers' temporaries: their entries' locks are here
+                    dirs.remove(PARTIAL)
+                    with suppress(OSError):
+                        partial = subdirectory(folder, PARTIAL, directory / where / PARTIAL, create=False)
+                        try:
+                            removed += clean(partial, every=True, locks=folder)
+                        finally:
+                            os.close(partial)
     except FileNotFoundError:
         pass
     except OSError as exc:
@@ -68,28 +85,33 @@ def sweep(directory: Path, root: Optional[Path] = None) -> int:
 # -- the public helpers -------------------------------------------------------------------------
 
 def write_json_atomic(path: Path, data: Any, root: Optional[Path] = None) -> None:
-    """Write ``data`` as JSON to ``path`` under a lock, through a temporary file, ``fsync`` and
+    """Write ``data`` as JSON to ``path`` under a lock, through a temporary file in ``.partial/``
+    beside it (so a writer lists the temporaries, never every entry), ``fsync`` and
     ``os.replace``; directories are created from ``root`` down. ``Refused`` (an ``OSError``) when
     a link or another user's file is in the way."""
     text = json.dumps(data, indent=2, default=str).encode()
     with open_directory(path.parent, root, create=True) as folder, locked(folder, path.name, path):
         check_target(folder, path.name, path)
-        clean(folder)
-        tmp = temporary_name(path.name)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666, dir_fd=folder)
+        partial = subdirectory(folder, PARTIAL, path.parent / PARTIAL, create=True)
         try:
+            clean(partial, own=path.name, locks=folder)
+            tmp = temporary_name(path.name)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666, dir_fd=partial)
             try:
-                view = memoryview(text)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
-        except BaseException:
-            with suppress(OSError):
-                os.unlink(tmp, dir_fd=folder)
-            raise
+                try:
+                    view = memoryview(text)
+                    while view:
+                        view = view[os.write(fd, view):]
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, path.name, src_dir_fd=partial, dst_dir_fd=folder)
+            except BaseException:
+                with suppress(OSError):
+                    os.unlink(tmp, dir_fd=partial)
+                raise
+        finally:
+            os.close(partial)
         with suppress(OSError):
             os.fsync(folder)  # the rename itself survives a crash
 
@@ -119,17 +141,17 @@ def append_line(path: Path, text: str, root: Optional[Path] = None, create: bool
             os.close(fd)
 
 
-def _read(path: Path, root: Optional[Path]) -> bytes:
+def _read(path: Path, root: Optional[Path], limit: Optional[int] = None) -> bytes:
     with open_directory(path.parent, root, create=False) as folder:
-        with os.fdopen(open_at(folder, path.name, os.O_RDONLY, path), "rb") as f:
-            return f.read()
+        return read_at(folder, path.name, path, limit)
 
 
-def read_bytes(path: Path, root: Optional[Path] = None, then: str = "ignoring it") -> Optional[bytes]:
+def read_bytes(path: Path, root: Optional[Path] = None, then: str = "ignoring it",
+               limit: Optional[int] = None) -> Optional[bytes]:
     """The bytes of ``path``, reached from ``root`` without following a link; None if absent;
-    None with a warning (ending in ``then``) if refused or unreadable."""
+    None with a warning (ending in ``then``) if refused, larger than ``limit`` or unreadable."""
     try:
-        return _read(path, root)
+        return _read(path, root, limit)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -138,22 +160,45 @@ def read_bytes(path: Path, root: Optional[Path] = None, then: str = "ignoring it
         return None
 
 
+def load_json(path: Path, root: Optional[Path] = None) -> tuple[Optional[dict], Optional[str]]:
+    """``(the JSON object at path, None)``; ``(None, None)`` if absent; ``(None, why)`` if it is
+    refused (a link, another user's, too large), unreadable, or not a JSON object. Never warns:
+    for callers that say it their own way (the command line)."""
+    try:
+        raw = _read(path, root, ENTRY_LIMIT)
+    except FileNotFoundError:
+        return None, None
+    except Refused as exc:
+        return None, f"refused ({exc})"
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror or exc})"
+    try:
+        return records.parse(raw), None
+    except records.RecordError as exc:
+        return None, str(exc)
+
+
 def read_json(path: Path, root: Optional[Path] = None) -> Optional[dict]:
-    """The JSON object at ``path``; None if absent; None with a warning if refused, unreadable or
-    corrupt (not UTF-8, not JSON, nested too deeply to parse, or not an object)."""
-    raw = read_bytes(path, root, then="the autotune cache entry is ignored and will be re-tuned")
+    """The JSON object at ``path``; None if absent; None with a warning if refused (a link,
+    another user's, larger than ``ENTRY_LIMIT``), unreadable or corrupt (not UTF-8, not JSON,
+    nested too deeply to parse, or not an object)."""
+    raw = read_bytes(path, root, then="the autotune cache entry is ignored and will be re-tuned", limit=ENTRY_LIMIT)
     if raw is None:
         return None
     try:
-        data = json.loads(raw.decode("utf-8"))  # UnicodeDecodeError is a ValueError
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        return data
-    except (ValueError, RecursionError) as exc:
-        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
-        warnings.warn(f"corrupt autotune cache {path} ({reason}); ignoring it, it will be re-tuned and replaced",
+        return records.parse(raw)
+    except records.RecordError as exc:
+        warnings.warn(f"corrupt autotune cache {path} ({exc}); ignoring it, it will be re-tuned and replaced",
                       RuntimeWarning, stacklevel=2)
         return None
+
+
+def put_entry(kind: str, path: Path, record: dict, root: Optional[Path] = None) -> None:
+    """Write an entry atomically; a kernel entry is added to its directory's index as well."""
+    if kind == "kernel":
+        index.put(path, root, record, lambda: write_json_atomic(path, record, root))
+    else:
+        write_json_atomic(path, record, root)
 
 
 def scan(directory: Path, root: Optional[Path] = None) -> list[Path]:
@@ -171,6 +216,47 @@ def scan(directory: Path, root: Optional[Path] = None) -> list[Path]:
         return []
 
 
+def folders(directory: Path, root: Optional[Path] = None) -> list[Path]:
+    """The folders in ``directory`` (no link, no hidden name), sorted; empty if it is absent, and
+    with a warning if it is refused."""
+    try:
+        with open_directory(directory, root, create=False) as folder:
+            return sorted(directory / name for name in os.listdir(folder)
+                          if not name.startswith(".") and stat.S_ISDIR(mode_of(folder, name)))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        warnings.warn(f"cannot list autotune cache {directory}: {exc}", RuntimeWarning, stacklevel=2)
+        return []
+
+
+def read_all(directory: Path, root: Optional[Path] = None) -> Iterator[tuple[Path, Optional[dict], Optional[str]]]:
+    """``(path, object, None)`` or ``(path, None, why it cannot be used)`` for each ``*.json`` in
+    ``directory``, by name, one at a time (the directory opened once; no link followed)."""
+    try:
+        with open_directory(directory, root, create=False) as folder:
+            for name in sorted(n for n in os.listdir(folder) if n.endswith(".json") and not n.startswith(".")):
+                path = directory / name
+                try:
+                    raw = read_at(folder, name, path, ENTRY_LIMIT)
+                except FileNotFoundError:
+                    continue  # removed meanwhile
+                except Refused as exc:
+                    yield path, None, f"refused ({exc})"
+                    continue
+                except OSError as exc:
+                    yield path, None, f"cannot be read ({exc.strerror or exc})"
+                    continue
+                try:
+                    yield path, records.parse(raw), None
+                except records.RecordError as exc:
+                    yield path, None, str(exc)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as exc:
+        warnings.warn(f"cannot list autotune cache {directory}: {exc}", RuntimeWarning, stacklevel=2)
+
+
 class FileStore:
     """Entries as files under the cache root (``TRITON_DIST_AUTOTUNE_DIR``)."""
 
@@ -180,4 +266,4 @@ class FileStore:
 
     @hookimpl(trylast=True)
     def tdp_cache_put(self, entry: Any, record: dict) -> None:
-        write_json_atomic(entry.path, record, getattr(entry, "root", None))
+        put_entry(entry.kind, entry.path, record, getattr(entry, "root", None))

@@ -7,7 +7,8 @@ function-level cache, ``kernels/<kernel>/<id>.json`` under the kernel-level one.
 input from outside, so each entry is checked before anything is written: its record passes
 ``records.check``, its place has exactly that shape, and its id is the one the record's own
 fields give (so an entry can only land where its own key would find it). Importing writes each
-record there unless a valid entry already exists (a pick tuned on this machine stays). An entry
+record there unless a valid entry already exists (a pick tuned on this machine stays), and adds a
+kernel entry to its directory's index (``index``), as a tuning's write does. An entry
 measured on other hardware, or under other versions of the software recorded with it, is
 skipped with a warning: its timings say nothing about this machine.
 """
@@ -38,16 +39,11 @@ def _roots() -> dict:
     return {"function": (cache.cache_root(), cache.cache_root()), "kernel": (cache.kernel_base(), cache.kernel_root())}
 
 
-def entry(path: Path, record: Optional[dict], kind: str) -> dict:
-    """The fields ``export`` adds to an entry the plugin owns, so that ``import`` can restore it."""
-    if record is None:
-        return {}
-    folder = _roots()[kind][0]
-    try:
-        relative = path.resolve().relative_to(folder.resolve()).as_posix()
-    except ValueError:
-        return {}
-    return {"relpath": relative, "record": record}
+def entry(relpath: str, record: dict) -> dict:
+    """The fields ``export`` adds to an entry the plugin owns, so that ``import`` can restore it:
+    its place below the folder its kind lives in (``kernels/<kernel>/<id>.json`` or
+    ``<function>/<id>.json``) and its whole record."""
+    return {"relpath": relpath, "record": record}
 
 
 def _place(relpath: Any) -> tuple[str, PurePosixPath]:
@@ -119,7 +115,7 @@ def import_file(path: Path) -> tuple[int, int, list[str]]:
             present += 1
             continue
         try:
-            filestore.write_json_atomic(target, record, root=root)
+            filestore.put_entry(kind, target, record, root)  # a kernel entry goes into its directory's index
         except OSError as exc:  # an unwritable or unsafe place: this entry only
             skipped.append(f"{label}: cannot write {target} ({exc}); make that directory writable, or point "
                            f"{cache.ROOT_ENV} at one that is")

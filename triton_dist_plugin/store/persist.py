@@ -9,9 +9,11 @@ what upstream's disk cache keys on (Triton's hash, the backend's hash, the kerne
 candidate) plus the hardware and what the plugin adds (its version, the timing method, the
 search, the accuracy check and isolation): a pick is never reused under a check it was not made
 with, nor after an upgrade. Reads and writes go through the store hooks
-(``tdp_cache_get``/``tdp_cache_put``), whose records pass ``records.check`` first; the scan of
-every stored key (warm starts, frozen mode's nearest key) reads the directory only, through the
-same check. ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1`` never reads; with
+(``tdp_cache_get``/``tdp_cache_put``), whose records pass ``records.check`` first. The nearest
+stored key (warm starts, frozen mode's nearest key) is found in the directory's index
+(``index``) without reading the other entries; the few nearest are then read from the directory
+and checked in full (the same check, this kernel, source, hardware and setting, the key the
+index claimed) before one is used. ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1`` never reads; with
 ``TRITON_DIST_AUTOTUNE_VERSION_CHECK=1`` the recorded versions of torch and the rest must match
 too. ``TRITON_DIST_AUTOTUNE_PERSIST=0`` turns it off; so does upstream's own disk cache
 (``cache_results=True``), which then keeps its meaning for that kernel.
@@ -31,11 +33,12 @@ from typing import Any, Optional
 from .. import _compat, bus, settings
 from ..requests import CacheEntry
 from ..search import strategy as search
-from . import cache, describe, filestore, fingerprint, manifest, records
+from . import cache, describe, filestore, fingerprint, index, keys, manifest, records
 
 ENV = "TRITON_DIST_AUTOTUNE_PERSIST"
 FORMAT = cache.FORMAT  # the same record layout as function-level entries
 DIRECTORY = "kernels"
+TRIES = 8  # the most entries a lookup of the nearest stored key reads
 
 
 def context(device: str, configs: list, method: str, accuracy: bool, isolated: bool) -> dict:
@@ -120,42 +123,72 @@ class KernelStore:
         return record.get("kernel") == self.name and record.get("source") == self.source and \
             record.get("hardware") == self.hw
 
-    def _records(self):
-        """``(key, record)`` for every stored key of this kernel on this machine (this source)."""
-        import ast
+    def _nearest(self, key: Any, picks: Optional[set] = None):
+        """``(stored key, record)`` of the stored keys nearest ``key`` (not ``key`` itself) that
+        pass every check, nearest first: at most ``TRIES`` entries are read."""
+        signature = keys.signature(key)
+        if signature is None:
+            return
+        vector = keys.vector(key)
+        ident = index.identity(self.name, self.source, self.hw, self.context, signature)
+        for tried, (claimed, name) in enumerate(index.nearest(self.dir, self.root, ident, vector, picks)):
+            if tried >= TRIES:
+                return
+            record = filestore.read_json(self.dir / name, self.root)
+            found = self._usable(record, name, key, claimed)
+            if found is not None:
+                yield found, record
 
-        for path in filestore.scan(self.dir, self.root):
-            record = filestore.read_json(path, self.root)
-            if not records.valid(record, "kernel") or not self._ours(record) or \
-                    not _same_setting(record.get("context"), self.context):
-                continue
-            try:
-                key = ast.literal_eval(record.get("key", ""))
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                continue
-            if isinstance(key, tuple):
-                yield key, record
+    def _usable(self, record: Any, name: str, key: Any, claimed: float) -> Optional[tuple]:
+        """The key of ``record`` if it is a valid entry of this kernel, source, hardware and
+        setting at its own place, another key than ``key``, as far from it as the index claimed."""
+        if not records.valid(record, "kernel") or not self._ours(record) or \
+                not _same_setting(record.get("context"), self.context):
+            return None
+        if describe.entry_digest(record["source"], record["hardware"], record["key"], record["context"]) != name[:32]:
+            return None
+        stored = keys.parse(record["key"])
+        if stored is None or not math.isclose(keys.distance(stored, key), claimed, rel_tol=1e-9, abs_tol=1e-12):
+            return None
+        try:
+            return None if stored == key else stored
+        except Exception:  # noqa: BLE001 - a part of the user's key that cannot be compared
+            return None
 
-    def picks(self, configs: list) -> dict:
-        """``{key: config}`` for every stored key of this kernel on this machine whose pick is
-        still one of ``configs`` (for frozen mode's nearest key)."""
+    def nearest_pick(self, key: Any, configs: list) -> Optional[tuple[Any, Any]]:
+        """``(stored key, config)``: the nearest stored key whose pick is still one of ``configs``,
+        with that config (for frozen mode's nearest key); None if there is none."""
         described = {describe.describe(c): c for c in configs}
-        return {key: described[record["pick_config"]] for key, record in self._records()
-                if record.get("pick_config") in described}
+        for stored, record in self._nearest(key, {index.pick_digest(d) for d in described}):
+            if record["pick_config"] in described:
+                return stored, described[record["pick_config"]]
+        return None
 
-    def rankings(self) -> dict:
-        """``{key: (ranking, space)}``: each stored key's candidates (descriptions), fastest first,
-        the pick leading, and every candidate of its space where that was kept (else None); for
-        warm starts."""
-        found = {}
-        for key, record in self._records():
-            rows = [c for c in record.get("candidates", []) if isinstance(c, dict) and isinstance(c.get("ms"), float)]
-            order = [c.get("config") for c in sorted(rows, key=lambda c: c["ms"])]
-            pick = record.get("pick_config")
+    def nearest_ranking(self, key: Any) -> Optional[tuple[Any, tuple[list, Optional[list]]]]:
+        """``(stored key, (ranking, space))`` of the nearest stored key: its candidates
+        (descriptions), fastest first, the pick leading, and every candidate of its space where
+        that was kept (else None); for warm starts. None if there is none."""
+        for stored, record in self._nearest(key):
+            rows = [c for c in record["candidates"] if isinstance(c.get("ms"), (int, float))]
+            order = [c["config"] for c in sorted(rows, key=lambda c: c["ms"])]
+            pick = record["pick_config"]
             space = record.get("space")
-            found[key] = ([pick] + [d for d in order if d != pick] if isinstance(pick, str) else order,
-                          space if isinstance(space, list) else None)
-        return found
+            return stored, ([pick] + [d for d in order if d != pick], space if isinstance(space, list) else None)
+        return None
+
+    def record(self, key: Any, best: Any, timings: dict, failures: dict, measured: list, method: str,
+               bench_time: Optional[float], space: Optional[list] = None, notes: Optional[list] = None,
+               model: Optional[dict] = None, decision: Optional[dict] = None) -> dict:
+        """The entry ``store`` writes (its arguments are ``store``'s)."""
+        return {
+            **cache.entry_header("kernel", self.name, key, self.source, self.hw, self.context),
+            "pick_config": describe.describe(best), "method": method, "bench_time_s": bench_time,
+            "candidates": _rows(best, timings, failures, measured),
+            **({"space": space} if space is not None else {}),
+            **({"notes": [str(n)[:1000] for n in notes[:100]]} if notes else {}),
+            **({"model": dict(model)} if model else {}),
+            **({"decision": dict(decision)} if decision else {}),
+        }
 
     def store(self, key: Any, best: Any, timings: dict, failures: dict, measured: list, method: str,
               bench_time: Optional[float], space: Optional[list] = None, notes: Optional[list] = None,
@@ -163,20 +196,32 @@ class KernelStore:
         """Hand the entry to every store (``tdp_cache_put``); a store's ``OSError`` is raised after
         all. ``space``: every candidate's description (small spaces; for warm starts); ``notes``:
         the tuning's notes (how long each step took; for the report); ``model`` and ``decision``:
-        how the cost model did and how the pick was decided (``TuningRecord``'s fields)."""
+        how the cost model did and how the pick was decided (``TuningRecord``'s fields). An entry
+        that would not pass ``records.check`` (a pick that failed on this rank, say) is not kept."""
         entry = self.entry(key)
-        fully = {id(c) for c in measured}
-        bus.cache_put(entry, {
-            **cache.entry_header("kernel", self.name, key, self.source, self.hw, self.context),
-            "pick_config": describe.describe(best), "method": method, "bench_time_s": bench_time,
-            "candidates": [{"config": describe.describe(c), "ms": _finite(t), "timing": _plain(t),
-                            "failure": failures.get(c), "measured": id(c) in fully} for c, t in timings.items()],
-            **({"space": space} if space is not None else {}),
-            **({"notes": [str(n)[:1000] for n in notes[:100]]} if notes else {}),
-            **({"model": dict(model)} if model else {}),
-            **({"decision": dict(decision)} if decision else {}),
-        })
+        cache.put_checked(entry, self.record(key, best, timings, failures, measured, method, bench_time, space,
+                                             notes, model, decision))
         return entry.path
+
+
+def _rows(best: Any, timings: dict, failures: dict, measured: list) -> list:
+    """The candidates as the entry lists them: each once (the pick's own row for its
+    description), a failure without a time, and a reason for a time that is not finite."""
+    fully = {id(c) for c in measured}
+    rows: dict = {}
+    for c, t in timings.items():
+        described = describe.describe(c)
+        if described in rows and c is not best:
+            continue
+        failure, timing = failures.get(c), _plain(t)
+        if failure is not None:  # a failed candidate has no time (a reduction may have given it one)
+            timing = [None] * len(timing) if isinstance(timing, list) else None
+        ms = timing[0] if isinstance(timing, list) and timing else None if isinstance(timing, list) else timing
+        if ms is None and failure is None:
+            failure = "timed as infinity"
+        rows[described] = {"config": described, "ms": ms, "timing": timing, "failure": failure,
+                           "measured": id(c) in fully}
+    return list(rows.values())
 
 
 def _finite(timing: Any) -> Optional[float]:

@@ -10,8 +10,11 @@ finite (or too large for a float), negative times, strings and lists of absurd l
 
 from __future__ import annotations
 
+import json
 import math
-from typing import Any
+from typing import Any, Optional
+
+from . import keys
 
 FORMAT = 2  # 2: kernel entries keyed on Triton's and the backend's hashes and the plugin's own inputs
 _READS = {"function": (1, 2), "kernel": (2,)}  # a function-level entry's layout and key are as in 1
@@ -22,6 +25,22 @@ _ITEMS = 1 << 16  # the most candidates an entry may list
 
 class RecordError(ValueError):
     """A stored record that does not fit the layout; the message names the field."""
+
+
+def parse(raw: bytes) -> dict:
+    """The JSON object ``raw`` holds; ``RecordError`` saying what it is instead (not UTF-8 text,
+    not JSON or cut short, nested too deeply, not an object)."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise RecordError("not UTF-8 text (binary, or damaged)") from None
+    except ValueError as exc:
+        raise RecordError(f"not JSON, or cut short ({str(exc)[:200]})") from None
+    except RecursionError:
+        raise RecordError("nested too deeply") from None
+    if not isinstance(data, dict):
+        raise RecordError(f"a JSON {type(data).__name__}, not an object")
+    return data
 
 
 def _fail(where: str, what: str) -> None:
@@ -35,6 +54,8 @@ def _text(value: Any, where: str, optional: bool = False) -> None:
         _fail(where, f"is {type(value).__name__}, expected text")
     if len(value) > _TEXT:
         _fail(where, f"holds {len(value)} characters, more than {_TEXT}")
+    if value.isascii():
+        return
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: JSON allows it, no file or terminal does
@@ -101,6 +122,10 @@ def check(record: Any, kind: str) -> dict:
     _text(record.get(kind), kind)
     for name in ("key", "source", "timestamp", "method", "pick_config"):
         _text(record.get(name), name)
+    try:
+        keys.check_text(record["key"])
+    except keys.BadKey as exc:
+        _fail("key", f"{exc}: no tuning key does")
     _plain_dict(record.get("hardware"), "hardware")
     _plain_dict(record.get("versions"), "versions")
     if kind == "kernel" or "context" in record:
@@ -132,7 +157,57 @@ def check(record: Any, kind: str) -> dict:
         _number(record.get("pick"), "pick", integer=True)
         for i, r in enumerate(_list(record.get("retained"), "retained")):
             _number(r, f"retained[{i}]", integer=True)
+    _sense(record, kind, candidates)
     return record
+
+
+def _first(timing: Any) -> Optional[float]:
+    """A timing's p50 (the number, or a list's first), None where it has none."""
+    return (timing[0] if timing else None) if isinstance(timing, list) else timing
+
+
+def _sense(record: dict, kind: str, candidates: list) -> None:
+    """The record agrees with itself: each candidate listed once, a time or a failure where it
+    claims one, and the pick one of them, timed fully and not failed (``_pick``)."""
+    seen: dict = {}
+    for i, c in enumerate(candidates):
+        where = f"candidates[{i}]"
+        ident = c["config"] if kind == "kernel" else c["index"]
+        if ident in seen:
+            _fail(where, f"repeats candidates[{seen[ident]}]: each candidate is listed once")
+        seen[ident] = i
+        timed = _first(c.get("ms")) is not None
+        if kind == "kernel" and c.get("ms") != _first(c.get("timing")):
+            _fail(f"{where}.timing", f"has the p50 {_first(c.get('timing'))!r:.40}, yet its ms is {c.get('ms')!r:.40}")
+        if timed and c.get("failure") is not None:
+            _fail(where, "has both a time and a failure: a failed candidate has no time")
+        if c.get("measured", True) and not timed and c.get("failure") is None:  # older layouts: all measured
+            _fail(f"{where}.measured", "is true, yet it has neither a time nor a failure")
+    if kind == "function":
+        retained = record["retained"]
+        if len(set(retained)) != len(retained):
+            _fail("retained", "lists a candidate twice")
+        outside = [ident for ident in seen if ident not in retained]
+        if outside:
+            _fail(f"candidates[{seen[outside[0]]}].index", f"is {outside[0]}, which 'retained' does not list")
+        if record["pick"] not in retained:
+            _fail("pick", f"is {record['pick']}, which 'retained' does not list")
+    pick = record["pick_config"] if kind == "kernel" else record["pick"]
+    if pick not in seen:
+        _fail("pick_config" if kind == "kernel" else "pick", f"is {str(pick)[:80]!r}, none of the candidates listed")
+    _pick(record, kind, candidates[seen[pick]], f"candidates[{seen[pick]}]")
+
+
+def _pick(record: dict, kind: str, row: dict, where: str) -> None:
+    name = "pick_config" if kind == "kernel" else "pick"
+    if kind == "function" and row["config"] != record["pick_config"]:
+        _fail("pick_config", f"is not the config of {where}, the pick")
+    if row.get("failure") is not None:
+        _fail(name, f"names {where}, which failed ({str(row['failure'])[:80]}): a pick never failed")
+    if _first(row.get("ms")) is None:
+        _fail(name, f"names {where}, which has no time: a pick has its own full measurement")
+    if row.get("measured", True) is not True:
+        _fail(name, f"names {where}, which was not measured fully: a pick always was")
 
 
 def valid(record: Any, kind: str) -> bool:

@@ -5,9 +5,12 @@ temporaries a write goes through, named after their writer so that dead writers'
 A cache directory may be shared or world-writable, so every path is reached from the configured
 root by ``dir_fd`` (``O_NOFOLLOW``): no symbolic link below the root is followed (the root
 itself is the user's configuration and may be one), and another user's files and directories
-are refused (``Refused``) unless ``TRITON_DIST_AUTOTUNE_SHARED=1``. Locks are ``flock`` on
-``<file>.lock``, the lock ``filelock`` takes. Apart from ``filestore`` (what is read and written,
-and the plugin) so that what makes a path safe to use reads in one place. POSIX only.
+are refused (``Refused``) unless ``TRITON_DIST_AUTOTUNE_SHARED=1``; a file larger than a read's
+limit is refused unread (``TooLarge``). Locks are ``flock`` on ``<file>.lock``, the lock
+``filelock`` takes; a writer's temporary lives in ``.partial/`` beside the entries, and one whose
+entry's lock is held belongs to a writer busy now and is never removed, nor is a lock file
+someone holds. Apart from ``filestore`` (what is read and
+written, and the plugin) so that what makes a path safe to use reads in one place. POSIX only.
 """
 
 from __future__ import annotations
@@ -27,11 +30,13 @@ from typing import Iterator, Optional
 from .. import settings
 
 SHARED_ENV = "TRITON_DIST_AUTOTUNE_SHARED"
+#: the folder beside the entries that holds writers' temporaries (so a writer lists only those)
+PARTIAL = ".partial"
 #: a temporary older than this is a dead writer's, wherever it ran
 STALE_SECONDS = 300.0
 
 _HOST = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())[:32]
-_OURS = re.compile(r"\..+\.(?P<host>[A-Za-z0-9_-]*)-(?P<pid>\d{1,9})\.[0-9a-f]+\.tmp")
+_OURS = re.compile(r"\.(?P<entry>.+)\.(?P<host>[A-Za-z0-9_-]*)-(?P<pid>\d{1,9})\.[0-9a-f]+\.tmp")
 _TEMPORARY = re.compile(r"\..+\.tmp")  # ours, and those of older releases (tempfile.mkstemp)
 _LOCK = re.compile(r".+\.(json|jsonl|log)\.lock")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
@@ -41,6 +46,10 @@ _FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK  # a planted FIFO must not hang the 
 class Refused(OSError):
     """A path the file store will not use: a link it did not make, another user's file or
     directory, or something other than a plain file."""
+
+
+class TooLarge(Refused):
+    """A file larger than what may be read of it (an entry is small; a huge one is damage or a plant)."""
 
 
 # -- reaching a path safely ---------------------------------------------------------------------
@@ -84,6 +93,25 @@ def mode_of(folder: int, name: str) -> int:
         return os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode
     except OSError:
         return 0
+
+
+def read_at(folder: int, name: str, shown: Path, limit: Optional[int] = None) -> bytes:
+    """The bytes of the plain file ``name`` in ``folder`` (no link followed, this user's or a
+    shared cache's); ``TooLarge`` unread when it holds more than ``limit`` bytes."""
+    fd = open_at(folder, name, os.O_RDONLY, shown)
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(fd).st_size
+        if limit is not None and size > limit:
+            raise TooLarge(f"{shown} holds {size} bytes, more than the {limit} a read of it may take")
+        data = f.read() if limit is None else f.read(limit + 1)
+    if limit is not None and len(data) > limit:  # it grew while being read
+        raise TooLarge(f"{shown} holds more than the {limit} bytes a read of it may take")
+    return data
+
+
+def subdirectory(parent: int, name: str, shown: Path, create: bool) -> int:
+    """A descriptor of the directory ``name`` in ``parent`` (made if ``create``), no link followed."""
+    return _subdirectory(parent, name, shown, create)
 
 
 def _subdirectory(parent: int, name: str, shown: Path, create: bool) -> int:
@@ -177,19 +205,86 @@ def _stale(name: str, st: os.stat_result) -> bool:
     return time.time() - st.st_mtime > STALE_SECONDS
 
 
-def clean(folder: int, every: bool = False) -> int:
-    """Remove this user's temporaries in ``folder`` whose writer died; ``every``: every temporary
-    and lock file (a teammate's too, in a shared cache), and links by those names. How many."""
+def held(folder: int, lock: str) -> bool:
+    """Someone holds the lock file ``lock`` in ``folder`` now (a writer mid-write); False when it
+    is absent, not a plain file, or free. Asked without waiting."""
+    try:
+        fd = os.open(lock, os.O_RDONLY | _FILE_FLAGS, dir_fd=folder)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # releases the shared lock just taken
+
+
+def _entry_of(name: str) -> str:
+    """The entry a temporary was written for: ``.<entry>.<host>-<pid>.<hex>.tmp``, or an older
+    release's ``.<entry>.<random>.tmp``."""
+    ours = _OURS.fullmatch(name)
+    return ours["entry"] if ours else name[1: -len(".tmp")].rsplit(".", 1)[0]
+
+
+def _dead_here(name: str) -> bool:
+    ours = _OURS.fullmatch(name)
+    return bool(ours) and ours["host"] == _HOST and not _alive(int(ours["pid"]))
+
+
+def _remove_lock(folder: int, name: str) -> bool:
+    """Remove the lock file ``name`` if no one holds it (taken, then removed while held)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | _FILE_FLAGS, dir_fd=folder)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.unlink(name, dir_fd=folder)
+        return True
+    except OSError:  # held by a writer now (BlockingIOError), or gone
+        return False
+    finally:
+        os.close(fd)
+
+
+def clean(folder: int, every: bool = False, own: Optional[str] = None, locks: Optional[int] = None) -> int:
+    """Remove this user's temporaries in ``folder`` whose writer died, never one whose entry's
+    lock (in ``locks``, else ``folder``) someone holds (``own``: the entry whose lock the caller
+    holds itself). ``every`` (``triton-dist-tune clear --all``): a dead writer's of this host at
+    once, a teammate's too in a shared cache, every lock file no one holds, and links by those
+    names. How many were removed."""
     removed = 0
+    locks = folder if locks is None else locks
     for name in os.listdir(folder):
-        if not (_TEMPORARY.fullmatch(name) or (every and _LOCK.fullmatch(name))):
+        temporary, lock = _TEMPORARY.fullmatch(name), every and _LOCK.fullmatch(name)
+        if not (temporary or lock):
             continue
         try:
             st = os.stat(name, dir_fd=folder, follow_symlinks=False)
-            mine = stat.S_ISREG(st.st_mode) and (st.st_uid == os.geteuid() or (every and _shared()))
-            if (mine and (every or _stale(name, st))) or (every and stat.S_ISLNK(st.st_mode)):
-                os.unlink(name, dir_fd=folder)  # a link is removed, never followed
-                removed += 1
         except OSError:
-            continue  # gone already, or not ours to remove
+            continue  # gone already
+        if stat.S_ISLNK(st.st_mode):
+            if every:
+                with suppress(OSError):
+                    os.unlink(name, dir_fd=folder)  # a link is removed, never followed
+                    removed += 1
+            continue
+        if not stat.S_ISREG(st.st_mode) or not (st.st_uid == os.geteuid() or (every and _shared())):
+            continue  # not ours to remove
+        if lock:
+            removed += _remove_lock(folder, name)
+            continue
+        entry = _entry_of(name)
+        if entry != own and held(locks, entry + ".lock"):
+            continue  # its writer is busy now
+        if _stale(name, st) or (every and _dead_here(name)):
+            with suppress(OSError):
+                os.unlink(name, dir_fd=folder)
+                removed += 1
     return removed
