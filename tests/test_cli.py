@@ -254,3 +254,26 @@ def test_list_prints_each_entry_as_it_is_read():
     assert len(printed) == 1002 and printed[0].split()[:3] == ["kind", "name", "key"]
     lazy = list_lines(iter([Entry("kernel", "k", "(1,)", "p", 1.0, "w", "x")] * 300 + [None]))
     assert [next(lazy) for _ in range(3)][2].startswith("kernel")  # 200 rows read to size the columns, not 301
+
+
+def test_candidates_the_search_left_out_are_skipped_not_failed(tmp_path, monkeypatch):
+    """A searched space stores every candidate; those never screened read as skipped, with the
+    reason, never as failures (list's count, show's round column)."""
+    import triton
+    from search_space import SPACE, copy
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_DIR", str(tmp_path / "picks"))
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_SEARCH_WHOLE", "4")
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_SEARCH_BUDGET", "6")
+    space = SPACE[:12]
+    kernel = triton.autotune(configs=space, key=["n"])(copy)
+    x, y = torch.randn(64, device=DEVICE), torch.zeros(64, device=DEVICE)
+    kernel[lambda m: (triton.cdiv(64, m["BLOCK"]),)](x, y, 64)
+    listed = cli("list", "copy", "--kernels")
+    assert listed.returncode == 0, listed.stderr
+    row = next(line for line in listed.stdout.splitlines() if "copy" in line)
+    assert "6 skipped" in row and "failed" not in row, row
+    shown = cli("show", "copy", "--kernels").stdout
+    assert sum(" skipped " in line and "not screened: the search left it out" in line
+               for line in shown.splitlines()) == 6
+    assert "skipped = left out by the search" in shown

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
 from . import bus, distributed, settle
+from . import failures as failures_
 from .compiling.stream import SKIPPED, Stream
 from .failures import NoValidConfig, Timing, describe, let_through
 from .requests import INF3, CandidateRequest, TuningRecord, TuningRequest
 from .search import model
 from .search.space import Space
 
-#: why a candidate the search never screened has no time (it was never compiled nor run)
-NOT_SEARCHED = "not screened: the search left it out (far from the best screened, or ranked low by the cost model)"
+NOT_SEARCHED = failures_.NOT_SEARCHED  # why a candidate the search never screened has no time
 
 
 @dataclass

@@ -16,6 +16,25 @@ from typing import Any, Optional
 
 from . import _compat
 
+#: why a candidate the search never screened has no time (it was never compiled nor run)
+NOT_SEARCHED = "not screened: the search left it out (far from the best screened, or ranked low by the cost model)"
+#: why one left uncompiled as hopeless while its step compiled has none
+NOT_COMPILED = "not compiled: every screened neighbour was far slower than the best"
+
+
+def left_out(reason: Any) -> bool:
+    """The reason says the candidate was left out by the search, not that it failed."""
+    return isinstance(reason, str) and reason.startswith(("not screened:", "not compiled:"))
+
+
+def round_of(ms: Optional[float], measured: Any, failure: Any) -> str:
+    """Which round a stored candidate's time comes from: ``full`` (a full measurement),
+    ``screening`` (a short round that dropped it: not comparable with a full measurement),
+    ``skipped`` (left out by the search: never run) or ``-`` (failed)."""
+    if ms is None:
+        return "skipped" if left_out(failure) else "-"
+    return "full" if measured is not False else "screening"
+
 
 class NoValidConfig(RuntimeError):
     """Every candidate failed; the message lists each one's reason."""

@@ -14,6 +14,7 @@ from itertools import chain, islice
 from typing import Iterable, Iterator, Optional
 
 from .. import untuned
+from ..failures import round_of
 from ..store import cache
 from .entries import Entry, looked_in, matches
 
@@ -50,11 +51,8 @@ def _fmt(ms: Optional[float]) -> str:
 
 
 def _round(candidate: dict) -> str:
-    """Which round a candidate's time is from: ``full`` (a full measurement), ``screening`` (a
-    short round that dropped it: not comparable with a full measurement), or ``-`` (failed)."""
-    if candidate.get("ms") is None:
-        return "-"
-    return "full" if candidate.get("measured", True) is not False else "screening"
+    """Which round a candidate's time is from (``failures.round_of``)."""
+    return round_of(candidate.get("ms"), candidate.get("measured", True), candidate.get("failure"))
 
 
 def _pick_ms(e: Entry) -> Optional[float]:
@@ -63,12 +61,12 @@ def _pick_ms(e: Entry) -> Optional[float]:
 
 
 def _rounds(e: Entry) -> str:
-    """How the entry's candidates were timed: ``2 full + 4 screened``, ``1 failed`` added."""
-    counts = {"full": 0, "screening": 0, "-": 0}
+    """How the entry's candidates were timed: ``2 full + 4 screened``, ``1 skipped`` and ``1 failed`` added."""
+    counts = {"full": 0, "screening": 0, "skipped": 0, "-": 0}
     for c in e.candidates:
         counts[_round(c)] += 1
-    parts = [f"{counts['full']} full"] + [f"{n} {what}" for what, n in (("screened", counts["screening"]),
-                                                                         ("failed", counts["-"])) if n]
+    parts = [f"{counts['full']} full"] + [f"{n} {what}" for what, n in (
+        ("screened", counts["screening"]), ("skipped", counts["skipped"]), ("failed", counts["-"])) if n]
     return " + ".join(parts)
 
 
@@ -99,7 +97,7 @@ def cmd_show(entries: list[Entry]) -> str:
     parts = []
     for e in entries:
         # Full measurements first (the pick among them), then the screening rounds, then failures.
-        order = sorted(e.candidates, key=lambda c: ("full", "screening", "-").index(_round(c)))
+        order = sorted(e.candidates, key=lambda c: ("full", "screening", "skipped", "-").index(_round(c)))
         rows = [[c["config"], _fmt(c["ms"]), _round(c), c["failure"] or "", "*" if c["config"] == e.pick else ""]
                 for c in order]
         source = _source(e)
@@ -111,6 +109,8 @@ def cmd_show(entries: list[Entry]) -> str:
     if any(_round(c) == "screening" for e in entries for c in e.candidates):
         parts.append("round: full = the p50 of a full measurement; screening = the p50 of the short round that "
                      "dropped the candidate, not comparable with a full measurement")
+    if any(_round(c) == "skipped" for e in entries for c in e.candidates):
+        parts.append("round: skipped = left out by the search (never compiled nor run), not a failure")
     return "\n\n".join(parts)
 
 

@@ -28,11 +28,12 @@ import math
 import threading
 from typing import Any, Callable, Optional
 
+from .. import failures
 from ..search.space import Space
 
 HOPELESS = 1.3  # every screened neighbour at least this much slower than the best: not compiled
 EVIDENCE = 0.5  # ...and only once this share of the step has arrived
-SKIPPED = "not compiled: every screened neighbour was far slower than the best"
+SKIPPED = failures.NOT_COMPILED
 
 
 class Stream:

@@ -108,9 +108,10 @@ def _summary(views: list) -> str:
 
 
 def _rounds(rows: list) -> str:
-    counts = {k: sum(r["round"] == k for r in rows) for k in ("full", "screening", "-")}
+    counts = {k: sum(r["round"] == k for r in rows) for k in ("full", "screening", "skipped", "-")}
     return " + ".join([f"{counts['full']} measured fully"] + [f"{n} {what}" for what, n in (
-        ("screened out", counts["screening"]), ("failed", counts["-"])) if n])
+        ("screened out", counts["screening"]), ("left out by the search", counts["skipped"]),
+        ("failed", counts["-"])) if n])
 
 
 def _section(view: View, group: list) -> str:

@@ -13,6 +13,8 @@ import math
 import re
 from typing import Any, Optional
 
+from ..failures import round_of
+
 
 class View:
     """One entry, read once: its candidates with their rounds and spreads, labels and facts."""
@@ -32,7 +34,7 @@ class View:
 
 def _rows(entry: Any, record: dict) -> list:
     """Every candidate: its config, p50 (``ms``), p20 and p80 where recorded, ``round`` (``full``,
-    ``screening``, or ``-`` for a failure), failure and whether it is the pick."""
+    ``screening``, ``skipped`` or ``-`` for a failure: ``failures.round_of``), failure and whether it is the pick."""
     stored = record.get("candidates") if isinstance(record.get("candidates"), list) else []
     rows = []
     for i, c in enumerate(entry.candidates):
@@ -42,7 +44,7 @@ def _rows(entry: Any, record: dict) -> list:
         ms = number(c.get("ms"))
         low, high = _spread(timing, ms)
         rows.append({"config": str(c.get("config")), "ms": ms, "p20": low, "p80": high,
-                     "round": "-" if ms is None else "full" if c.get("measured", True) is not False else "screening",
+                     "round": round_of(ms, c.get("measured", True), c.get("failure")),
                      "failure": c.get("failure"), "pick": c.get("config") == entry.pick})
     return rows
 
