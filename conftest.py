@@ -13,9 +13,12 @@ from pathlib import Path
 # the end of the session checks that nothing appeared where the plugin or Triton keep files under
 # the real one.
 _REAL_HOME = Path(os.environ.get("HOME") or os.path.expanduser("~"))
-_WATCHED = [_REAL_HOME / ".triton_dist", _REAL_HOME / ".triton", Path.cwd() / ".autotune_logs"]
+_WATCHED = [_REAL_HOME / ".triton_dist", _REAL_HOME / ".triton", Path.cwd() / ".autotune_logs",
+            Path.cwd() / ".hypothesis"]
 _BEFORE = {str(p): sorted(str(f) for f in p.rglob("*")) if p.is_dir() else None for p in _WATCHED}
 os.environ["HOME"] = tempfile.mkdtemp(prefix="tdp-test-home-")
+# Hypothesis keeps its caches (constants, unicode data) under ./.hypothesis unless told otherwise.
+os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = tempfile.mkdtemp(prefix="tdp-test-hypothesis-")
 
 
 def _has_gpu() -> bool:

@@ -1,8 +1,14 @@
 import pytest
 from helpers import DEVICE, Recorder
+from hypothesis import settings
 from search_space import Bowl
 
 import triton_dist_plugin as tdp
+
+# Hypothesis keeps no example database: it would write .hypothesis/ into the directory the tests
+# were started from, and a test writes nowhere but its temporary directories.
+settings.register_profile("tdp", database=None)
+settings.load_profile("tdp")
 
 
 @pytest.fixture
