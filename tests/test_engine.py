@@ -581,6 +581,114 @@ def test_a_config_changed_in_place_by_pruning_launches_as_it_is_now(recorder):
     assert _ran(kernel, 16) == 64 and seen == [16, 64]  # ...and upstream launches it as it is now
 
 
+def _fresh():
+    """A JIT function of its own (``_stages_seen`` replaces its ``run``)."""
+    return triton.jit(_copy.fn)
+
+
+def _stages_seen(kernel):
+    """Every launch of ``kernel`` records its num_stages (the kernel itself does not run)."""
+    seen = []
+    kernel.fn.run = lambda *args, **kwargs: seen.append(kwargs.get("num_stages"))
+    return seen
+
+
+def _by_shape(configs, named_args, **kwargs):  # sets num_stages per shape, in place
+    for c in configs:
+        c.num_stages = 2 if named_args["n"] < 100 else 4
+    return configs
+
+
+class _Quick:
+    @hookimpl(tryfirst=True)
+    def tdp_time_candidate(self, request):
+        return 1.0 + request.config.kwargs["BLOCK"] / 16
+
+
+def _run(kernel, n, **extra):
+    x = torch.zeros(8)
+    kernel.run(x, x, n, grid=(1,), warmup=False, **extra)
+
+
+def test_a_config_shared_by_two_kernels_launches_as_the_other_kernels_pruning_left_it(plugins, monkeypatch):
+    """Upstream launches a config as it is at the launch: another kernel's pruning, over the same
+    config objects, changes what the first kernel's cache hit launches too."""
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_PERSIST", "0")
+    plugins(_Quick())
+    shared = [triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})]
+    first = triton.autotune(configs=shared, key=["n"], prune_configs_by={"early_config_prune": _by_shape})(_fresh())
+    second = triton.autotune(configs=shared, key=["n"], prune_configs_by={"early_config_prune": _by_shape})(_fresh())
+    seen, _ = _stages_seen(first), _stages_seen(second)
+    _run(first, 8)
+    _run(first, 8)  # the fast path is in place, with num_stages=2
+    _run(second, 1000)  # the second kernel's pruning sets num_stages=4 on the shared configs
+    _run(first, 8)
+    _run(first, n=8)  # by keyword: the full path
+    _run(first, 8)
+    assert seen[-3:] == [4, 4, 4]
+
+
+def test_a_pre_hook_attached_in_place_by_pruning_runs_at_every_launch(plugins, monkeypatch):
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_PERSIST", "0")
+    plugins(_Quick())
+    called = []
+
+    def attach(configs, named_args, **kwargs):
+        if named_args["n"] > 100:
+            for c in configs:
+                c.pre_hook = lambda nargs: called.append(nargs["n"])
+        return configs
+
+    configs = [triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})]
+    kernel = triton.autotune(configs=configs, key=["n"], prune_configs_by={"early_config_prune": attach})(_fresh())
+    _stages_seen(kernel)
+    _run(kernel, 8)
+    _run(kernel, 8)
+    _run(kernel, 1000)  # pruning attaches the hook to every config, the first key's pick included
+    called.clear()
+    _run(kernel, 8)
+    assert called == [8]
+
+
+def test_contextual_pruning_that_changes_configs_reaches_the_cache_hit_path(plugins, monkeypatch, tmp_path):
+    from triton_dist_plugin.autotuner import contextual_autotune
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_PERSIST", "0")
+    monkeypatch.chdir(tmp_path)  # its logs
+    plugins(_Quick())
+    configs = [triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})]
+    kernel = triton.autotune(configs=configs, key=["n"], prune_configs_by={"early_config_prune": _by_shape})(_fresh())
+    seen = _stages_seen(kernel)
+    _run(kernel, 8)
+    _run(kernel, 8)
+
+    @contextual_autotune(n_repeat=1, n_warmup=0)
+    def step():
+        _run(kernel, 1000)
+
+    step()
+    _run(kernel, 8)
+    assert seen[-1] == 4
+
+
+def test_configs_a_pruning_builds_anew_for_every_key_do_not_pile_up(plugins, monkeypatch):
+    from triton_dist_plugin.patched import kernel_state
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_PERSIST", "0")
+    plugins(_Quick())
+
+    def rebuilt(configs, named_args, **kwargs):
+        return [triton.Config(dict(c.kwargs), num_stages=1 + named_args["n"] % 3) for c in configs]
+
+    configs = [triton.Config({"BLOCK": b}) for b in (16, 32, 64, 128)]
+    kernel = triton.autotune(configs=configs, key=["n"], prune_configs_by={"early_config_prune": rebuilt})(_fresh())
+    _stages_seen(kernel)
+    for n in range(1, 41):
+        _run(kernel, n)
+    held = kernel_state.state_of(kernel).launch
+    assert len(held) <= len(configs) + len(kernel.cache)  # the picks (and the kernel's own), not every candidate
+
+
 def test_fast_path_keeps_dtype_and_keyword_launches_apart(recorder):
     kernel = triton.autotune(configs=CONFIGS, key=["n"])(_copy)
     _launch_copy(kernel)

@@ -49,9 +49,12 @@ class KernelState:
     upstream's ``cache`` still holds that very config for that key, so every edit of ``cache``
     (set, replace, delete, clear, or a new dict) is honoured as upstream honours it.
 
-    ``launch`` keeps each config's launch keywords with the ``all_kwargs()`` they came from: a
-    config changed in place (a pruning function that sets ``num_stages`` per shape, say) is
-    launched as it is now, as upstream launches it.
+    ``launch`` keeps each config's launch keywords with the ``all_kwargs()`` and ``pre_hook`` they
+    came from: a config changed in place (a pruning function that sets ``num_stages`` per shape,
+    or attaches a ``pre_hook``, also to configs another kernel shares) is launched as it is now,
+    as upstream launches it. Every pruning asks every kernel to forget what changed
+    (``forget_changed_everywhere``), and after a tuning the candidates it neither kept nor
+    picked are dropped (``release``), so the table stays as small as what can still launch.
     """
 
     __slots__ = ("arg_names", "arg_set", "keys", "key_pos", "key_get", "min_args", "launch", "launchers", "name",
@@ -66,7 +69,7 @@ class KernelState:
         self.key_pos = [self.arg_names.index(k) for k in self.keys if k in self.arg_set]
         self.key_get = _key_getter(self.key_pos)
         self.min_args = max(self.key_pos, default=-1) + 1
-        self.launch: dict = {}  # id(config) -> (config, launch keywords, all_kwargs() they came from)
+        self.launch: dict = {}  # id(config) -> (config, launch keywords, (all_kwargs(), pre_hook) they came from)
         self.launchers: dict = {}  # id(config) -> its direct launcher (None where none is usable)
         self.fast: dict = {}
         self.name = _compat.base_function(tuner.fn).__name__
@@ -109,30 +112,59 @@ class KernelState:
             launcher = self.launchers[id(config)] = direct.Launcher(fn, kwargs) if direct.usable(fn) else None
         return (config, kwargs, launcher, key)
 
-    def forget_changed(self) -> None:
-        """Drop what was derived from configs changed in place since (asked before each tuning,
-        where a pruning function may change them): their next launch derives it again."""
-        changed = {i for i, (config, _, raw) in self.launch.items() if config.all_kwargs() != raw}
-        for i in changed:
-            del self.launch[i]
+    def forget_changed(self, ids: set) -> None:
+        """Of the configs ``ids`` (those a pruning was handed or returned: the only ones it can have
+        changed), drop what was derived from any changed in place since: its next launch derives
+        it again."""
+        self._forget({i for i in ids & self.launch.keys() if _now(self.launch[i][0]) != self.launch[i][2]})
+
+    def release(self, candidates: list, keep: list) -> None:
+        """After a tuning: forget the candidates it derived launch keywords for that are neither
+        kept (the kernel's own configs, the pick), so configs a pruning function builds anew for
+        every key do not pile up (one still held elsewhere is derived again at its next launch)."""
+        kept = {id(c) for c in keep}
+        self._forget({id(c) for c in candidates if id(c) not in kept and id(c) in self.launch})
+
+    def _forget(self, ids: set) -> None:
+        for i in ids:
+            self.launch.pop(i, None)
             self.launchers.pop(i, None)
-        if changed:
-            for raw_key in [k for k, hit in self.fast.items() if id(hit[0]) in changed]:
+        if ids:
+            for raw_key in [k for k, hit in self.fast.items() if id(hit[0]) in ids]:
                 del self.fast[raw_key]
 
     def _entry(self, config: Any) -> tuple:
         entry = self.launch.get(id(config))
-        raw = config.all_kwargs()
-        if entry is None or entry[0] is not config or entry[2] != raw:
-            kwargs = raw
+        seen = _now(config)
+        if entry is None or entry[0] is not config or entry[2] != seen:
+            kwargs = seen[0]
             if self.interpreted:
                 # Compile options (Triton 3.2's warp-spec fields, Ascend's multibuffer, ...) mean
                 # nothing to the interpreter: newer ones drop them, older ones reject them. Any
                 # other kernel object gets every keyword, as upstream passes them.
                 kwargs = {k: v for k, v in kwargs.items() if k in self.arg_set or k in _UPSTREAM_OPTIONS}
-            self.launchers.pop(id(config), None)
-            entry = self.launch[id(config)] = (config, kwargs, dict(raw))
+            if entry is not None:  # changed since: whatever was derived from it goes too
+                self._forget({id(config)})
+            entry = self.launch[id(config)] = (config, kwargs, (dict(seen[0]), seen[1]))
         return entry
+
+
+def _now(config: Any) -> tuple:
+    """What a config launches with now: its keywords and its ``pre_hook``."""
+    return config.all_kwargs(), config.pre_hook
+
+
+#: every kernel's state, so that a pruning that changes configs in place (shared ones too) reaches all
+states: weakref.WeakSet = weakref.WeakSet()
+
+
+def forget_changed_everywhere(configs: list) -> None:
+    """After a pruning that was handed or returned ``configs``: every kernel (a config may be
+    shared) forgets what it derived from those of them changed in place."""
+    ids = {id(c) for c in configs}
+    for state in list(states):
+        if state.launch:
+            state.forget_changed(ids)
 
 
 _NO_DTYPE = object()
@@ -163,5 +195,6 @@ def state_of(tuner: Any) -> KernelState:
     state = tuner.__dict__.get("_tdp_state")
     if state is None:
         state = tuner.__dict__["_tdp_state"] = KernelState(tuner)
+        states.add(state)
         tuner.__dict__.setdefault("nargs", None)  # upstream's run sets it each time and leaves None
     return state

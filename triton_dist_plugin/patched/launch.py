@@ -110,12 +110,13 @@ def tune(instance: Any, state: KernelState, key: tuple, args: tuple, kwargs: dic
         instance.nargs = nargs  # read by prune_configs and perf models, as upstream
         try:
             configs = select_configs(instance, state, request, kwargs)
-            state.forget_changed()  # a pruning function may have changed configs in place
             check_conflicts(state.name, launch, configs)
             if len(configs) == 1:  # nothing to compare, as upstream
                 instance.cache[key] = configs[0]
                 return configs[0]
-            return tuning.bench_and_record(instance, state, request, key, args, kwargs, named, configs)
+            best = tuning.bench_and_record(instance, state, request, key, args, kwargs, named, configs)
+            state.release(configs, [*instance.configs, best])
+            return best
         finally:
             kernel_state.current.request = previous
             instance.nargs = None
