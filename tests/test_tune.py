@@ -333,7 +333,8 @@ class Opaque:  # neither value equality nor a text of its own: each one is a new
     pass
 
 
-@pytest.mark.parametrize("what", ["tensor", "one-element tensor", "object", "nested object", "fresh each call"])
+@pytest.mark.parametrize("what", ["tensor", "one-element tensor", "object", "nested object", "fresh each call",
+                                  "NaN"])
 def test_a_key_fn_returning_what_hashes_by_identity_is_a_type_error_naming_key_fn(what):
     made = {
         "tensor": lambda x: (tuple(x.shape), torch.tensor([4, 20])),
@@ -341,6 +342,7 @@ def test_a_key_fn_returning_what_hashes_by_identity_is_a_type_error_naming_key_f
         "object": lambda x: Opaque(),
         "nested object": lambda x: (x.shape[0], (str(x.dtype), Opaque())),
         "fresh each call": lambda x: (x.shape[0], object.__new__(type("Anon", (), {"__repr__": lambda s: "Anon"}))),
+        "NaN": lambda x: (x.shape[0], float(x.sum()) * float("nan")),  # never equal to itself: a new key each call
     }[what]
 
     @autotune(config_space=[{"factor": 1}, {"factor": 2}], key_fn=made)

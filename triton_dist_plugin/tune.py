@@ -268,8 +268,9 @@ def _require_value_key(name: str, key: Any, again: Callable[[], Any]) -> None:
 
 
 def _identity_leaf(key: Any, loose: bool = False) -> Any:
-    """The first value in ``key`` that compares by identity, or None: a tensor, or an object with
-    neither value equality nor a text of its own (a handle made per call; ``loose``: any value
+    """The first value in ``key`` that compares by identity, or None: a tensor, a float NaN, or
+    an object with neither value equality nor a text of its own (a handle made per call: nothing
+    tells it from a long-lived one, and its text differs in every process; ``loose``: any value
     without value equality). Singletons such as ``torch.float16`` or None pass."""
     torch = sys.modules.get("torch")
     todo = [key]
@@ -279,6 +280,8 @@ def _identity_leaf(key: Any, loose: bool = False) -> Any:
         if isinstance(value, (tuple, frozenset)):
             todo.extend(value)
         elif torch is not None and isinstance(value, torch.Tensor):
+            return value
+        elif isinstance(value, float) and value != value:  # NaN equals nothing: found again by identity only
             return value
         elif kind.__eq__ is object.__eq__ and (loose or kind.__repr__ is object.__repr__):
             return value
