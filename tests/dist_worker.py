@@ -550,6 +550,24 @@ def scenario_accuracy(rank, world, group):
             "timed": sorted(c.kwargs["ID"] for c, t in kernel.configs_timings.items() if math.isfinite(t[0]))}
 
 
+def scenario_checks_differ(rank, world, group):
+    """The accuracy check on rank 0 only: its reference exchange is a collective the other rank
+    would never make, so the ranks must refuse at once, not wait for a timeout."""
+    from kernels import KERNELS
+
+    if rank == 0:
+        os.environ["TRITON_DIST_AUTOTUNE_CHECK_ACCURACY"] = "1"
+    spec = KERNELS["add"]
+    kernel = triton.autotune(configs=spec.configs("cpu"), key=spec.key)(spec.jit)
+    x, y = spec.make_inputs("tiny", "cpu")
+    try:
+        with tdp.tuning_group(group):
+            spec.launch(kernel, x, y)
+        return {"error": None}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def main():
     scenario, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     if f"prepare_{scenario}" in globals():

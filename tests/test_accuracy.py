@@ -27,9 +27,9 @@ from triton_dist_plugin import _compat, hookimpl
 from triton_dist_plugin.autotuner import contextual_autotune
 from triton_dist_plugin.patched import accuracy
 
-RIGHT, NAN, INF, LITTLE, LOT, RAISES, WITHIN = range(7)
+RIGHT, NAN, INF, LITTLE, LOT, RAISES, WITHIN, ALLNAN = range(8)
 FLAWS = {RIGHT: "right", NAN: "NaN", INF: "Inf", LITTLE: "off by 1%", LOT: "off by 100", RAISES: "raises",
-         WITHIN: "off within the tolerance"}
+         WITHIN: "off within the tolerance", ALLNAN: "NaN everywhere"}
 N = 48
 
 
@@ -49,6 +49,8 @@ def _graded(x, out, n, BLOCK: tl.constexpr, FLAW: tl.constexpr, ID: tl.constexpr
         v = v + 100.0
     if FLAW == 6:
         v = v * 1.000001
+    if FLAW == 7:
+        v = v * float("nan")
     tl.store(out + offs, v, mask=mask)
 
 
@@ -58,17 +60,18 @@ def _output(flaw: int, x: torch.Tensor) -> torch.Tensor:
     if flaw in (NAN, INF):
         v = v.clone()
         v[3] = math.nan if flaw == NAN else math.inf
-    return {LITTLE: v * 1.01, LOT: v + 100.0, WITHIN: v * 1.000001}.get(flaw, v)
+    return {LITTLE: v * 1.01, LOT: v + 100.0, WITHIN: v * 1.000001, ALLNAN: v * math.nan}.get(flaw, v)
 
 
 def expected_reference(flaws: list, x: torch.Tensor):
     """The spec, written out: walking the author's order, the first candidate that works, unless
-    it writes NaN or Inf where the next working one has finite values (then it is wrong, and the
-    walk goes on from that next one); None when none works."""
+    it writes NaN or Inf where one of the next ``accuracy.WITNESSES`` working ones has a finite
+    value (then it is wrong, and the walk goes on); None when none works."""
     working = [f for f in flaws if f != RAISES]
     for i, flaw in enumerate(working):
         out = _output(flaw, x)
-        if i + 1 < len(working) and bool((~torch.isfinite(out) & torch.isfinite(_output(working[i + 1], x))).any()):
+        witnesses = [_output(w, x) for w in working[i + 1: i + 1 + accuracy.WITNESSES]]
+        if any(bool((~torch.isfinite(out) & torch.isfinite(w)).any()) for w in witnesses):
             continue
         return out
     return None
@@ -197,13 +200,14 @@ space = st.lists(st.tuples(st.sampled_from([8, 16, 32]), st.sampled_from(sorted(
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))
-def test_the_pick_always_agrees_with_the_reference(path, monkeypatch, plugins):
+def test_the_pick_always_agrees_with_the_reference(path, monkeypatch, plugins, tmp_path):
+    monkeypatch.chdir(tmp_path)  # the contextual tuner logs to ./.autotune_logs
     for name, value in PATHS[path].items():
         monkeypatch.setenv(name, value)
     scripted = Scripted()
     plugins(scripted)
 
-    @settings(max_examples=EXAMPLES.get(path, 12), deadline=None, derandomize=True, database=None,
+    @settings(max_examples=EXAMPLES.get(path, 12), deadline=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
     @given(cands=space, data=st.data())
     def check(cands, data):
@@ -300,10 +304,12 @@ def test_the_check_restores_the_arguments_between_steps_and_after():
     x = torch.zeros(N, device=DEVICE)
     seen = []
 
-    def make_call(config):
+    def make_call(config, ran=None):
         def call():
             seen.append(float(x[0]))
             bump[lambda m: (triton.cdiv(N, m["BLOCK"]),)](x, N, **config.kwargs)
+            if ran is not None:
+                ran()
         return call
 
     gate = accuracy.Gate("bump", configs, make_call, {"x": x})
@@ -346,3 +352,183 @@ def test_a_generated_space_is_checked_against_its_conservative_candidate(recorde
     record = recorder.records[-1]
     large = [c for c in record.timings if c.kwargs["BLOCK"] >= 32]
     assert large and all("NaN or Inf" in record.failures[c] for c in large)
+
+
+# -- what a candidate wrote, wherever and however it wrote it ---------------------------------------
+
+
+@triton.jit
+def _in_place(x, n, BLOCK: tl.constexpr, FLAW: tl.constexpr, ID: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    v = tl.load(x + offs, mask=mask) * 2.0 + 1.0
+    if FLAW == 4:
+        v = v + 100.0
+    tl.store(x + offs, v, mask=mask)
+
+
+@pytest.mark.parametrize("tuner", ["autotune", "own run"])
+def test_restore_value_does_not_hide_what_a_candidate_wrote(tuner, plugins):
+    """``restore_value`` puts ``x`` back after every run: the check reads what the kernel wrote
+    before that, so the wrong in-place candidate (the fastest) is still caught."""
+    scripted = Scripted()
+    scripted.times = [5.0, 0.1]
+    plugins(scripted)
+    configs = _space(RIGHT, LOT)
+    if tuner == "autotune":
+        kernel = triton.autotune(configs=configs, key=["n"], restore_value=["x"], check_accuracy=True)(_in_place)
+    else:
+        kernel = LibTunerLike(_in_place, _in_place.arg_names, configs, ["n"], None, ["x"])
+        kernel.tdp_check_accuracy = True
+    x = torch.linspace(-1, 1, N, device=DEVICE)
+    expected = x * 2 + 1
+    kernel[_grid](x, N)
+    torch.testing.assert_close(x, expected)
+    assert kernel.best_config.kwargs["FLAW"] == RIGHT and kernel.configs_timings[configs[1]] == [math.inf] * 3
+
+
+@triton.jit
+def _dequantize(q, out, n, BLOCK: tl.constexpr, FLAW: tl.constexpr, ID: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    v = tl.load(q + offs, mask=mask).to(tl.float32) * 2.0
+    if FLAW == 4:
+        v = v + 100.0
+    tl.store(out + offs, v, mask=mask)
+
+
+def test_float8_arguments_are_checked(plugins):
+    scripted = Scripted()
+    scripted.times = [5.0, 0.1]
+    plugins(scripted)
+    configs = _space(RIGHT, LOT)
+    kernel = triton.autotune(configs=configs, key=["n"], check_accuracy=True)(_dequantize)
+    q = torch.linspace(-1, 1, N, device=DEVICE).to(torch.float8_e4m3fn)
+    out = torch.zeros(N, device=DEVICE)
+    kernel[_grid](q, out, N)
+    torch.testing.assert_close(out, q.float() * 2)
+    assert kernel.best_config.kwargs["FLAW"] == RIGHT
+
+
+@triton.jit
+def _biased(x, bias, out, n, stride, BLOCK: tl.constexpr, FLAW: tl.constexpr, ID: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    v = tl.load(x + offs, mask=mask) + tl.load(bias + offs * stride, mask=mask)
+    if FLAW == 4:
+        v = v + 100.0
+    tl.store(out + offs, v, mask=mask)
+
+
+@pytest.mark.parametrize("inputs", ["broadcast", "requires grad"])
+def test_inputs_the_check_must_not_write_are_left_alone(inputs, plugins):
+    """A broadcast input (stride 0) and a leaf that requires grad: the check never writes them
+    (nothing changed them), and still compares what the candidates wrote."""
+    scripted = Scripted()
+    scripted.times = [5.0, 0.1]
+    plugins(scripted)
+    configs = _space(RIGHT, LOT)
+    kernel = triton.autotune(configs=configs, key=["n"], check_accuracy=True)(_biased)
+    x = torch.linspace(-1, 1, N, device=DEVICE)
+    bias = torch.ones(1, device=DEVICE).expand(N) if inputs == "broadcast" else \
+        torch.nn.Parameter(torch.ones(N, device=DEVICE))
+    out = torch.zeros(N, device=DEVICE)
+    kernel[_grid](x, bias, out, N, bias.stride(0))
+    torch.testing.assert_close(out, x + 1)
+    assert kernel.best_config.kwargs["FLAW"] == RIGHT
+
+
+def test_a_read_only_input_is_not_copied_for_each_run():
+    from triton_dist_plugin.patched.comparison import Arguments
+
+    x, out = torch.ones(8), torch.zeros(8)
+    arguments = Arguments({"x": x, "out": out, "n": 8})
+    out += 1
+    state = arguments.state()
+    assert state["x"] is arguments.original["x"] and state["out"] is not arguments.original["out"]
+    arguments.put()
+    assert float(out.sum()) == 0.0
+
+
+def test_outputs_written_through_tensor_descriptors_are_compared(plugins):
+    descriptor = pytest.importorskip("triton.tools.tensor_descriptor")
+
+    @triton.jit
+    def scale_desc(x_desc, out_desc, n, BLOCK: tl.constexpr, FLAW: tl.constexpr, ID: tl.constexpr):
+        off = tl.program_id(0) * BLOCK
+        v = x_desc.load([off]) * 2.0 + 1.0
+        if FLAW == 4:
+            v = v + 100.0
+        out_desc.store([off], v)
+
+    scripted = Scripted()
+    scripted.times = [5.0, 0.1]
+    plugins(scripted)
+    configs = _space(RIGHT, LOT)
+    kernel = triton.autotune(configs=configs, key=["n"], check_accuracy=True)(scale_desc)
+    x, out = torch.linspace(-1, 1, N, device=DEVICE), torch.zeros(N, device=DEVICE)
+    make = descriptor.TensorDescriptor
+    kernel[_grid](make(x, shape=[N], strides=[1], block_shape=[16]),
+                  make(out, shape=[N], strides=[1], block_shape=[16]), N)
+    torch.testing.assert_close(out, x * 2 + 1)
+    assert kernel.best_config.kwargs["FLAW"] == RIGHT
+
+
+# -- subclass loops that time candidates one at a time ----------------------------------------------
+
+
+class OwnPrune(LibTunerLike):
+    """A subclass with its own ``prune_configs`` (the batch is never used: it may drop some)."""
+
+    def prune_configs(self, kwargs):
+        return super().prune_configs(kwargs)
+
+
+class Unpruned(LibTunerLike):
+    """A loop that times configs it never pruned (a proposer's, say)."""
+
+    def run(self, *args, **kwargs):
+        self.nargs = dict(zip(self.arg_names, args))
+        key = tuple({**self.nargs, **kwargs}[k] for k in self.keys)
+        if key not in self.cache:
+            timings = {c: self._bench(*args, config=c, **kwargs) for c in self.configs}
+            self.cache[key] = builtins.min(timings, key=timings.get)
+            self.configs_timings = timings
+        self.best_config = self.cache[key]
+        return self.fn.run(*args, **kwargs, **_launchable(self, self.best_config))
+
+
+@pytest.mark.parametrize("loop", ["parallel compile off", "own prune_configs", "configs it did not prune"])
+def test_a_subclass_loop_timing_candidates_one_at_a_time_is_checked_too(loop, plugins, monkeypatch):
+    if loop == "parallel compile off":
+        monkeypatch.setenv("TRITON_AUTOTUNE_PARALLEL_COMPILE", "0")
+    cls = {"parallel compile off": LibTunerLike, "own prune_configs": OwnPrune, "configs it did not prune": Unpruned}
+    scripted = Scripted()
+    scripted.times = [5.0, 0.1, 0.2, 4.0]
+    plugins(scripted)
+    configs = _space(RIGHT, LOT, NAN, RIGHT)
+    kernel = cls[loop](_graded, _graded.arg_names, configs, ["n"], None, None)
+    kernel.tdp_check_accuracy = True
+    x, out = torch.linspace(-1, 1, N, device=DEVICE), torch.zeros(N, device=DEVICE)
+    kernel[_grid](x, out, N)
+    torch.testing.assert_close(out, _output(RIGHT, x))
+    assert [kernel.configs_timings[c] == [math.inf] * 3 for c in configs] == [False, True, True, False]
+    assert "_tdp_loop_gate" not in kernel.__dict__  # let go once every candidate was checked
+
+
+@pytest.mark.filterwarnings("ignore:_graded. 2 candidates agree")  # the two copies agree with each other
+def test_contextual_tuning_drops_every_copy_of_a_wrong_config(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the contextual tuner logs to ./.autotune_logs
+    n = 256
+    configs = [triton.Config({"BLOCK": 8, "FLAW": RIGHT, "ID": 0}), triton.Config({"BLOCK": 256, "FLAW": LOT, "ID": 1}),
+               triton.Config({"BLOCK": 256, "FLAW": LOT, "ID": 1})]  # the last: an equal copy of the wrong one
+    kernel = triton.autotune(configs=configs, key=["n"], check_accuracy=True)(_graded)
+
+    @contextual_autotune(n_repeat=2, n_warmup=0)
+    def step(x, out):
+        kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, out, n)
+
+    x, out = torch.linspace(-1, 1, n, device=DEVICE), torch.zeros(n, device=DEVICE)
+    step(x, out)
+    torch.testing.assert_close(out, _output(RIGHT, x))
+    assert kernel.best_config is configs[0]

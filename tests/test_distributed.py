@@ -197,3 +197,10 @@ def test_the_accuracy_check_under_a_group_screens_the_same_candidates_and_picks_
     assert [r["right"] for r in results] == [True, True]
     assert results[0]["pick"] == results[1]["pick"] in (1, 2)
     assert results[0]["timed"] == results[1]["timed"]
+
+
+def test_ranks_with_different_checks_refuse_at_once(tmp_path):
+    results = run_ranks("checks_differ", 2, tmp_path, timeout_s="60")
+    for r in results:
+        assert "RankMismatch" in r["error"] and "disagree on the checks" in r["error"], r
+        assert "check_accuracy=" in r["error"] and r["seconds"] < 30  # not the 60 s collective timeout

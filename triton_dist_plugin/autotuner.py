@@ -120,7 +120,9 @@ class Session:
                                  candidates.make_call_factory(tuner, state, args, kwargs, pre, post), named)
             failed = {configs[i]: r for i, r in entry.invalid.items()}
             for config, reason in gate.check(configs, failed).items():
-                entry.invalid[next(i for i, c in enumerate(configs) if c is config)] = reason
+                for i, c in enumerate(configs):  # an equal copy of a wrong config is wrong too
+                    if c is config or c == config:
+                        entry.invalid[i] = reason
             gate.finish()
         self.log(f"registered {state.name} key={key} with {len(configs)} candidates")
         return entry

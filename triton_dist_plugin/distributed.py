@@ -220,26 +220,32 @@ def from_first(group: Any, value: Any, what: str) -> Any:
     return json.loads(bytes(buffer.cpu().tolist()).decode())
 
 
-def agree(group: Any, name: str, key: Any, candidates: list, cached_pick: Optional[int]) -> Optional[int]:
-    """Check that all ranks tune the same key over the same candidates; agree on the cache.
+def agree(group: Any, name: str, key: Any, candidates: list, cached_pick: Optional[int],
+          checks: Optional[dict] = None) -> Optional[int]:
+    """Check that all ranks tune the same key over the same candidates, with the same ``checks``
+    (the settings that decide which collectives a tuning makes, such as the accuracy check);
+    agree on the cache.
 
     Returns the pick every rank uses from a cache (the lowest rank that hit shares its pick) or
     None when every rank must tune. Raises ``RankMismatch`` on every rank when they differ.
     """
     import torch.distributed as dist
 
-    rows = all_gather_ints([digest(key), digest(candidates), -1 if cached_pick is None else cached_pick], group,
-                           f"agreeing on the tuning of {name}")
+    checks = dict(sorted((checks or {}).items()))
+    rows = all_gather_ints([digest(key), digest(candidates), -1 if cached_pick is None else cached_pick,
+                            digest(checks)], group, f"agreeing on the tuning of {name}")
     ranks = dist.get_process_group_ranks(group) if hasattr(dist, "get_process_group_ranks") else list(range(len(rows)))
-    for column, what, mine in ((0, "key", key), (1, "retained candidates", candidates)):
+    for column, what, mine in ((0, "key", key), (1, "retained candidates", candidates), (3, "checks", checks)):
         if len({row[column] for row in rows}) > 1:
             groups: dict = {}
             for rank, row in zip(ranks, rows):
                 groups.setdefault(row[column], []).append(rank)
             split = "; ".join(f"ranks {r}" for r in groups.values())
+            fix = ("set the same TRITON_DIST_AUTOTUNE_* settings (and check_accuracy=) on every rank" if column == 3
+                   else "keep rank-dependent values out of key_fn and prune_fn")
             raise RankMismatch(f"{name}: ranks disagree on the {what} ({split}); this rank has {what} {mine!r}. "
-                               "Every rank must tune with the same key and prune to the same candidates "
-                               "(keep rank-dependent values out of key_fn and prune_fn)")
+                               f"Every rank must tune with the same key and checks and prune to the same candidates "
+                               f"({fix})")
     hits = [row[2] for row in rows if row[2] >= 0]
     return hits[0] if hits else None
 

@@ -10,7 +10,8 @@ author's first config (the seed's advice: put a stable configuration first), els
 the author's order when that one fails; for generated spaces (``configs=[]``), the candidate the
 generator designates (``request.reference``: the built-in's conservative tiling), then the
 rest. It is run for the check even where the search would not otherwise run it. A result with
-NaN or Inf where the next working candidate has finite values is wrong, never a reference.
+NaN or Inf where one of the next few working candidates has finite values is wrong, never a
+reference.
 Where most candidates agree with each other and not with the reference, a warning names both.
 """
 
@@ -20,8 +21,12 @@ import warnings
 from typing import Any, Callable, Optional
 
 from .. import _callsite, distributed, failures, settings
+from .comparison import Arguments, differs, has_nonfinite, nonfinite_over
 
 ACCURACY_ENV = "TRITON_DIST_AUTOTUNE_CHECK_ACCURACY"
+#: a candidate writing NaN or Inf is the reference only if none of this many next working
+#: candidates writes a finite value there (running more would compile much of a large space)
+WITNESSES = 3
 
 
 def accuracy_check_enabled(instance: Any) -> bool:
@@ -56,74 +61,28 @@ def reference_order(configs: list, author: list, designated: Any = None) -> list
     return [c for _, c in sorted(enumerate(configs), key=position)]
 
 
-def _tolerance(tensor: Any) -> tuple[float, float]:
-    name = str(tensor.dtype)
-    if "float16" in name or "bfloat16" in name or "float8" in name:
-        return 2e-2, 2e-2
-    if "float" in name or "complex" in name:
-        return 1e-3, 1e-3
-    return 0.0, 0.0
-
-
-def _floating(tensor: Any) -> bool:
-    return tensor.is_floating_point() or tensor.is_complex()
-
-
-def _nonfinite_over(result: dict, other: dict) -> Optional[str]:
-    """The first argument where ``result`` holds NaN or Inf and ``other`` a finite value."""
-    import torch
-
-    for name, value in result.items():
-        if _floating(value) and bool((~torch.isfinite(value) & torch.isfinite(other[name])).any()):
-            return name
-    return None
-
-
-def _has_nonfinite(result: dict) -> bool:
-    import torch
-
-    return any(_floating(v) and not bool(torch.isfinite(v).all()) for v in result.values())
-
-
-def _differs(result: dict, reference: dict) -> Optional[tuple[str, float]]:
-    """``(argument, max abs diff)`` of the first argument that differs beyond its tolerance."""
-    import torch
-
-    for name, value in result.items():
-        ref = reference[name]
-        if _floating(value):
-            rtol, atol = _tolerance(value)
-            a, b = (value, ref) if value.is_complex() else (value.double(), ref.double())
-            if not torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True):
-                return name, float((a - b).abs().nan_to_num(nan=float("inf")).max())
-        elif not torch.equal(value, ref):
-            return name, float((value.double() - ref.double()).abs().max()) if value.numel() else 0.0
-    return None
-
-
 class Gate:
     """The accuracy check of one tuning: the reference, found once, and every candidate checked
     against it as the search readies them (``check``), step after step.
 
     ``order``: the candidates in the order a reference is sought (``reference_order``);
-    ``make_call(config)``: a call that runs it once with the launch's hooks; ``named``: every
-    kernel argument of the launch (its tensors are compared: outputs and anything mutated);
-    ``ready(configs)``: readies candidates outside the step being checked (compiles them, runs
-    them in the isolation worker) and returns ``{config: reason}`` for those that failed, which
-    are then never run here. Every run starts from the arguments as they were before tuning.
+    ``make_call(config, capture)``: a call that runs the candidate once with the launch's hooks
+    and calls ``capture()`` as soon as the kernel has run, before any hook puts arguments back
+    (``restore_value`` would otherwise hide what it wrote); ``named``: every kernel argument of the
+    launch (what it can write is compared: ``comparison.launch_tensors``); ``ready(configs)``:
+    readies candidates outside the step being checked (compiles them, runs them in the isolation
+    worker) and returns ``{config: reason}`` for those that failed, which are then never run
+    here. Every run starts from the arguments as they were before tuning.
     """
 
     def __init__(self, name: str, order: list, make_call: Callable, named: dict,
                  ready: Optional[Callable[[list], dict]] = None):
-        import torch
-
         self.name, self.order, self.make_call, self.ready = name, list(order), make_call, ready
-        self.tensors = {n: v for n, v in named.items() if isinstance(v, torch.Tensor)}
-        self.original = {n: v.clone() for n, v in self.tensors.items()}
+        self.arguments = Arguments(named)
         self.reference: Optional[tuple] = None  # (config, result)
         self.sought = False
         self.failed: dict = {}  # id(config) -> reason, found while seeking the reference
-        self.spare: Optional[tuple] = None  # (config, result) run while seeking, checked later
+        self.spares: dict = {}  # id(config) -> result, run while seeking and checked later
         self.agree = 0
         self.pivot: Optional[list] = None  # [config, result, how many agree with it]
 
@@ -132,7 +91,7 @@ class Gate:
         ``failed``: those already known to fail (never run here). The arguments end as they began."""
         # The first step finds the arguments as they were before tuning; a later one, as timing
         # runs left them (an in-place kernel without restore_value changes its inputs, as upstream's do).
-        before = self.original if not self.sought else {n: v.clone() for n, v in self.tensors.items()}
+        before = None if not self.sought else self.arguments.state()
         wrong: dict = {}
         try:
             if not self.sought:
@@ -144,8 +103,7 @@ class Gate:
                 if reason is not None:
                     wrong[config] = reason
         finally:
-            for n, v in self.tensors.items():
-                v.copy_(before[n])
+            self.arguments.put(before)
         return wrong
 
     def anchor(self, group: Any = None) -> Any:
@@ -173,31 +131,38 @@ class Gate:
     # -- the reference ---------------------------------------------------------------------------
 
     def _seek(self, subset: list, failed: dict) -> None:
-        """Run candidates in reference order until one is a reference: it works, and any NaN or
-        Inf it writes the next working candidate writes too."""
+        """Walk the reference order to the first candidate that works and writes no NaN or Inf
+        where one of the next ``WITNESSES`` working candidates has a finite value."""
         self.sought = True
         ready = {id(c) for c in subset}
-        tentative = None
-        for config in self.order:
-            if config in failed or not self._readied(config, ready):
-                continue
-            result = self._result(config)
-            if result is None:
-                continue
-            if tentative is not None:
-                name = _nonfinite_over(tentative[1], result)
-                if name is None:
-                    self.reference, self.spare = tentative, (config, result)
-                    return
-                self.failed[id(tentative[0])] = failures.Reason(
-                    f"wrong result: argument {name!r} holds NaN or Inf where {config} has finite values")
-                tentative = None
-            if _has_nonfinite(result):
-                tentative = (config, result)
-                continue
-            self.reference = (config, result)
-            return
-        self.reference = tentative  # nothing left to tell it from (or no candidate works: None)
+        todo = iter(c for c in self.order if c not in failed)
+        run: list = []  # (config, result) of the working candidates run so far, in order
+
+        def working(i: int) -> Optional[tuple]:
+            while len(run) <= i:
+                config = next(todo, None)
+                if config is None:
+                    return None
+                result = self._result(config) if self._readied(config, ready) else None
+                if result is not None:
+                    run.append((config, result))
+            return run[i]
+
+        i = 0
+        while (found := working(i)) is not None:
+            config, result = found
+            if has_nonfinite(result):
+                witnesses = [w for w in map(working, range(i + 1, i + 1 + WITNESSES)) if w is not None]
+                wrong = next(((name, w[0]) for w in witnesses
+                              if (name := nonfinite_over(result, w[1])) is not None), None)
+                if wrong is not None:
+                    self.failed[id(config)] = failures.Reason(
+                        f"wrong result: argument {wrong[0]!r} holds NaN or Inf where {wrong[1]} has finite values")
+                    i += 1
+                    continue
+            self.reference = found
+            break
+        self.spares = {id(c): r for c, r in run if self.reference is None or c is not self.reference[0]}
 
     def _readied(self, config: Any, ready: set) -> bool:
         """A candidate outside the step is readied first; False if that failed."""
@@ -210,33 +175,32 @@ class Gate:
         return True
 
     def _result(self, config: Any) -> Optional[dict]:
-        """The tensors after one run of ``config`` from the original arguments, or None if it
-        raised (its reason kept)."""
-        for n, v in self.tensors.items():
-            v.copy_(self.original[n])
+        """What one run of ``config`` from the original arguments wrote (``Arguments.state``), or
+        None if it raised (its reason kept)."""
+        self.arguments.put()
+        captured: list = []
         try:
-            self.make_call(config)()
+            self.make_call(config, lambda: captured.append(self.arguments.state()))()
         except Exception as exc:
             self.failed[id(config)] = failures.describe(exc)
             return None
-        return {n: v.clone() for n, v in self.tensors.items()}
+        return captured[0] if captured else self.arguments.state()
 
     # -- the others ------------------------------------------------------------------------------
 
     def _compare(self, config: Any) -> Optional[str]:
-        if self.spare is not None and self.spare[0] is config:
-            result, self.spare = self.spare[1], None
-        else:
+        result = self.spares.pop(id(config), None)
+        if result is None:
             result = self._result(config)
             if result is None:
                 return self.failed[id(config)]
         if self.reference is None:  # no candidate works as a reference: nothing to compare with
             return None
         ref_config, reference = self.reference
-        name = _nonfinite_over(result, reference)
+        name = nonfinite_over(result, reference)
         if name is not None:
             return f"wrong result: argument {name!r} holds NaN or Inf where {ref_config} has finite values"
-        found = _differs(result, reference)
+        found = differs(result, reference)
         if found is None:
             self.agree += 1
             return None
@@ -247,5 +211,5 @@ class Gate:
         """Count the wrong results that agree with the first one, for ``finish``'s warning."""
         if self.pivot is None:
             self.pivot = [config, result, 1]
-        elif _differs(result, self.pivot[1]) is None:
+        elif differs(result, self.pivot[1]) is None:
             self.pivot[2] += 1

@@ -74,9 +74,13 @@ def answer(tuner: Any, config: Any, args: tuple, kwargs: dict,
 
 
 def _same(args: tuple, kwargs: dict, batch: Batch) -> bool:
+    return same_launch(args, kwargs, batch.args, batch.kwargs)
+
+
+def same_launch(args: tuple, kwargs: dict, then_args: tuple, then_kwargs: dict) -> bool:
     """The same launch: the very same argument objects (a new tensor means another launch)."""
-    return (len(args) == len(batch.args) and all(a is b for a, b in zip(args, batch.args))
-            and kwargs.keys() == batch.kwargs.keys() and all(kwargs[k] is batch.kwargs[k] for k in kwargs))
+    return (len(args) == len(then_args) and all(a is b for a, b in zip(args, then_args))
+            and kwargs.keys() == then_kwargs.keys() and all(kwargs[k] is then_kwargs[k] for k in kwargs))
 
 
 def settle(timings: dict, measured: set, remeasure: Callable[[list], dict]) -> dict:

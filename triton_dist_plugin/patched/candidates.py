@@ -99,7 +99,11 @@ def call_hooks(instance: Any):
 
 
 def make_call_factory(instance: Any, state: KernelState, args: tuple, kwargs: dict, pre, post):
-    def make_call(config):
+    """``make_call(config, ran=None)``: a call that runs one candidate as upstream's ``_bench``
+    does (the config's ``pre_hook``, the tuner's pre hook, the launch, the post hook); ``ran()``,
+    if given, is called as soon as the launch returns, before the post hook puts anything back
+    (the accuracy check reads what the kernel wrote there)."""
+    def make_call(config, ran=None):
         current = {**kwargs, **state.launch_kwargs(config)}
         full = {**dict(zip(state.arg_names, args)), **current}
         run = instance.fn.run
@@ -110,6 +114,8 @@ def make_call_factory(instance: Any, state: KernelState, args: tuple, kwargs: di
             pre(full)
             try:
                 run(*args, **current)
+                if ran is not None:
+                    ran()
             except Exception as exc:
                 post(full, exc)
                 raise
@@ -158,12 +164,14 @@ def compile_all(instance: Any, state: KernelState, request: TuningRequest, args:
     return failed
 
 
-def agree(group: Any, state: KernelState, key: Any, configs: list, stored: Optional[int] = None) -> Optional[int]:
-    """Ranks tuning together check they tune the same key over the same candidates, and agree on
-    a pick read from disk (``stored``: its position here): one rank's hit is every rank's."""
+def agree(group: Any, state: KernelState, key: Any, configs: list, stored: Optional[int] = None,
+          checks: Optional[dict] = None) -> Optional[int]:
+    """Ranks tuning together check they tune the same key over the same candidates with the same
+    ``checks`` (a rank with the accuracy check on makes a collective the others would not), and
+    agree on a pick read from disk (``stored``: its position here): one rank's hit is every rank's."""
     if group is None:
         return stored
-    return distributed.agree(group, state.name, key, [str(c) for c in configs], stored)
+    return distributed.agree(group, state.name, key, [str(c) for c in configs], stored, checks)
 
 
 def record_failure(instance: Any, config: Any, reason: str) -> None:

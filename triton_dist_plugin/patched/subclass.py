@@ -12,7 +12,7 @@ candidate the subclass remembers as a failed compile.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Optional
 
 from .. import _compat, bus, distributed, engine, settings, timing, untuned
 from ..failures import NoValidConfig, raw
@@ -28,6 +28,8 @@ from .kernel_state import KernelState, state_of
 def prune_wrapper(wrapped, instance, args, kwargs):
     configs = wrapped(*args, **kwargs)
     state = state_of(instance)
+    # Pruning (every front end's goes through here) may have changed configs in place, shared ones too.
+    kernel_state.forget_changed_everywhere([*instance.configs, *(configs or [])])
     if not configs:
         raise ValueError(
             f"No valid autotuner configs after pruning {state.name}: prune_configs_by left none "
@@ -46,6 +48,9 @@ def prune_wrapper(wrapped, instance, args, kwargs):
         configs = bus.prune(request, configs)
         if not _own(cls, "prune_configs"):  # an override may drop some: never batch-time those
             _batch.expect(instance, configs)
+        # A new loop: what its candidates timed one at a time are checked against (_checked_alone).
+        instance.__dict__["_tdp_pruned"] = list(configs)
+        instance.__dict__.pop("_tdp_loop_gate", None)
         return configs
     return bus.prune(request, configs)
 
@@ -86,6 +91,11 @@ def bench_wrapper(wrapped, instance, args, kwargs):
                                                                                           meta, configs))
     if found is not None:
         return found
+    if accuracy_check_enabled(instance):  # timed alone, but checked as the loop's batch would be
+        wrong = _checked_alone(instance, state, args, meta, config)
+        if wrong is not None:
+            record_failure(instance, config, wrong)
+            return list(INF3)
     device = _compat.active_device(required=user_do_bench(instance) is None)
     cand = engine.CandidateRequest(call=_subclass_calls(instance, state, args, meta)(config), config=config,
                                    kernel_name=state.name, key=(), device=device, method=timing.resolve_method(device))
@@ -159,6 +169,26 @@ def _checked(instance: Any, state: KernelState, configs: list, make_call, named:
     wrong = gate.check(configs, known)
     gate.finish()
     return wrong
+
+
+def _checked_alone(instance: Any, state: KernelState, args: tuple, meta: dict, config: Any) -> Optional[str]:
+    """Why ``config``, timed alone by a subclass's loop (no batch: parallel compilation off, its
+    own ``prune_configs``, a config it did not just prune), is wrong, or None. One gate serves the
+    loop (the same arguments), its reference sought among what the loop's pruning kept, in the
+    kernel's own order; it is let go once every one of those was checked, or at the next pruning."""
+    held = instance.__dict__.get("_tdp_loop_gate")
+    if held is None or not _batch.same_launch(args, meta, held[0], held[1]):
+        pruned = instance.__dict__.get("_tdp_pruned") or []
+        pool = pruned if any(c is config for c in pruned) else list(instance.configs)
+        pool = pool if any(c is config for c in pool) else pool + [config]
+        gate = Gate(state.name, reference_order(pool, instance.configs), _subclass_calls(instance, state, args, meta),
+                    split_launch(state, args, meta)[2])
+        held = instance.__dict__["_tdp_loop_gate"] = (args, dict(meta), gate, {id(c) for c in pool})
+    reason = held[2].check([config], {}).get(config)
+    held[3].discard(id(config))
+    if not held[3]:
+        instance.__dict__.pop("_tdp_loop_gate", None)
+    return reason
 
 
 def _subclass_calls(instance: Any, state: KernelState, args: tuple, meta: dict):

@@ -39,7 +39,8 @@ def bench_and_record(instance: Any, state: KernelState, request: TuningRequest, 
                                 method, accuracy_check_enabled(instance), isolate.enabled(state.generate)) \
         if persist.enabled(instance) else None
     found = store.read(key, configs) if store is not None else None
-    stored = agree(group, state, key, configs, found[0] if found is not None else None)
+    stored = agree(group, state, key, configs, found[0] if found is not None else None,
+                   {"accuracy": accuracy_check_enabled(instance), "isolated": isolate.enabled(state.generate)})
 
     def reset_only(config: Any) -> None:
         # Upstream's own dict, in its order: positional arguments, launch keywords, the pick's.
