@@ -16,6 +16,9 @@ it), and the directory's index is then built as the first reader after a change 
 
 With ``--big``, the largest store also holds one 200 MB entry file, copied in behind the index's
 back, and the launch is measured again: it is refused unread (the file size cap), never read.
+With ``--unindexed``, the entries are copied in behind the index's back (by hand, or by an older
+release) and nothing indexes them first: each new key's lookup then indexes some of them (for at
+most ``index.CATCH_UP_S``) and looks among those indexed so far; the runs show each one's cost.
 ``--checkout DIR`` runs the measuring processes on another checkout of the plugin (the stores are
 filled the same way), for a before-and-after: an older release times its scan of every entry
 (``KernelStore.rankings``/``picks``) as the lookup.
@@ -107,8 +110,9 @@ def child_launch() -> dict:
     return {"launch_s": took, "lookup_s": sum(spent), "pick": str(kernel.best_config)}
 
 
-def fill(cache: Path, count: int, seed: dict) -> float:
-    """``count`` entries of the seed's kernel, for even keys from 2000 up, and their index: seconds."""
+def fill(cache: Path, count: int, seed: dict, indexed: bool = True) -> float:
+    """``count`` entries of the seed's kernel, for even keys from 2000 up, and (``indexed``) their
+    index: seconds."""
     from triton_dist_plugin.store import describe, index
 
     started = time.perf_counter()
@@ -122,7 +126,8 @@ def fill(cache: Path, count: int, seed: dict) -> float:
         entry = {**record, "key": text}
         (folder / f"{name}.json").write_text(json.dumps(entry, indent=2))
         (folder / f"{name}.json.lock").touch()  # as every write leaves one
-    index.update(folder, cache)
+    if indexed:
+        index.update(folder, cache)
     return time.perf_counter() - started
 
 
@@ -144,7 +149,7 @@ def _median(runs: list, field: str) -> float:
     return statistics.median(r[field] for r in runs)
 
 
-def run_size(count: int, repeats: int, big: bool, checkout: str = "") -> dict:
+def run_size(count: int, repeats: int, big: bool, checkout: str = "", indexed: bool = True) -> dict:
     base = Path(tempfile.mkdtemp(prefix="tdp-scale-"))
     try:
         env = fresh_env(str(base), plugin=True, extra={"TRITON_INTERPRET": "1"})
@@ -152,7 +157,7 @@ def run_size(count: int, repeats: int, big: bool, checkout: str = "") -> dict:
             env["PYTHONPATH"] = os.pathsep.join([checkout, env["PYTHONPATH"]])
         seed, proc = call_child(str(HERE), "seed", env, timeout=600)
         assert seed is not None, proc.stderr[-3000:]
-        filled = fill(Path(env["TRITON_DIST_AUTOTUNE_DIR"]), count, seed) if count else 0.0
+        filled = fill(Path(env["TRITON_DIST_AUTOTUNE_DIR"]), count, seed, indexed) if count else 0.0
         if not count:  # the empty cache: no entry at all
             Path(seed["path"]).unlink()
         out: dict = {"entries": count, "fill_s": filled}
@@ -197,15 +202,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--big", action="store_true", help="also a 200 MB entry beside the largest store")
     parser.add_argument("--checkout", default="", help="measure another checkout of the plugin (before and after)")
+    parser.add_argument("--unindexed", action="store_true", help="entries copied in with no index built first")
     parser.add_argument("--out", default="store_scale_cpu.json", help="results file, under benchmarks/results/")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     results = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, {_cpu()}",
                "python": platform.python_version(), "repeats": args.repeats, "checkout": args.checkout or "this one",
-               "sizes": []}
+               "indexed": not args.unindexed, "sizes": []}
     for count in sizes:
         print(f"{count} entries ...", flush=True)
-        results["sizes"].append(run_size(count, args.repeats, args.big and count == max(sizes), args.checkout))
+        results["sizes"].append(run_size(count, args.repeats, args.big and count == max(sizes), args.checkout,
+                                         not args.unindexed))
     save_results(args.out, results)
     empty = next((s for s in results["sizes"] if s["entries"] == 0), None)
     print(f"\n{'entries':>8}  {'launch s':>9}  {'lookup ms':>9}  {'frozen s':>9}  {'lookup ms':>9}  "
@@ -219,6 +226,11 @@ def main() -> None:
             print(f"{'+200 MB':>8}  {b['launch_s']:>9.3f}  {b['lookup_s'] * 1e3:>9.1f}")
     if empty is not None:
         print("(empty cache: launch and frozen are the baseline; lookup ms is the nearest-key lookup alone)")
+    if args.unindexed:
+        print("(unindexed: medians over the first lookups, each indexing what it can in its time; per run:)")
+        for s in results["sizes"]:
+            print(f"{s['entries']:>8}  lookups ms: " + ", ".join(f"{r['lookup_s'] * 1e3:.0f}" for mode in
+                                                               ("launch", "frozen") for r in s[mode]["runs"]))
 
 
 if __name__ == "__main__":

@@ -100,14 +100,17 @@ def read_by_launches(tmp_path: Path, *ns: int, **env) -> list:
 @pytest.mark.parametrize("frozen", [None, "nearest"])
 def test_a_new_key_reads_a_few_entries_not_every_one(tmp_path, seeded, frozen):
     """400 entries of 100 kB each (a full scan reads 40 MB), copied in behind the index's back:
-    the first process to look indexes them, once; a later process's first new key, and its
-    second, read the index and at most a few entries."""
+    each new key's lookup indexes some of them (for at most ``index.CATCH_UP_S``, and at least a
+    few), each entry read once in all; once the index has caught up, a later process's first new
+    key, and its second, read the index and at most a few entries."""
     folder = folder_of(tmp_path)
     for n in range(2000, 2800, 2):
         plant(folder, seeded, n, notes=PAD)
     env = {"TRITON_DIST_AUTOTUNE_FROZEN": frozen} if frozen else {}
-    (first,) = read_by_launches(tmp_path, 2001, **env)
-    assert first["read"] < 2 * 400 * 100_000  # each entry read once, at most
+    catching_up = read_by_launches(tmp_path, *range(2001, 2001 + 2 * 400 // index._STEP, 2), **env)
+    assert (folder / index.FOLDER / "stamp").exists()  # caught up within that many lookups
+    assert sum(run["read"] for run in catching_up) < 1.2 * 400 * 100_000  # each entry read once, in all
+    assert catching_up[0]["read"] < 400 * 100_000  # the first lookup did not read them all
     runs = read_by_launches(tmp_path, 2101, 2203, **env)
     assert all(run["read"] < 5_000_000 for run in runs), [run["read"] for run in runs]
     if frozen:  # the nearest stored key's pick
@@ -240,3 +243,27 @@ def test_frozen_nearest_takes_the_nearest_stored_pick_still_among_the_candidates
     monkeypatch.setenv(untuned.FROZEN_ENV, "nearest")
     with pytest.warns(RuntimeWarning, match=r"nearest tuned key \(1000, "):
         launch(2001)
+
+
+def test_a_catch_up_under_way_is_said_once_and_the_command_line_indexes_everything(tmp_path, seeded, monkeypatch):
+    """Entries copied in behind the index's back, more than one lookup indexes: the first lookup
+    says so once (naming the command that indexes them all), and ``triton-dist-tune index`` does."""
+    from triton_dist_plugin.cli.commands import main
+
+    folder = folder_of(tmp_path)
+    for n in range(2000, 2200, 2):
+        plant(folder, seeded, n)
+    monkeypatch.setattr(index, "CATCH_UP_S", 0.0)  # every lookup indexes the fewest (index._STEP) it may
+    store = store_like(seeded)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        store.nearest_pick(key_of(seeded, 2101), ADD.configs(DEVICE))
+        store.nearest_pick(key_of(seeded, 2103), ADD.configs(DEVICE))
+    told = [str(w.message) for w in caught if "its index lacks" in str(w.message)]
+    assert len(told) == 1 and "triton-dist-tune index" in told[0], told
+    assert not (folder / index.FOLDER / "stamp").exists()  # not caught up yet
+    assert main(["index"]) == 0
+    assert (folder / index.FOLDER / "stamp").exists()
+    rows = {name for _, name in index.nearest(folder, tmp_path / "tdp-cache", store_ident(store, seeded), (7.0,),
+                                              None)}
+    assert len(rows) == 101  # the seed's and every one planted

@@ -8,6 +8,7 @@
     triton-dist-tune import FILE                the picks of an exported manifest, into the cache
     triton-dist-tune misses [NAME]              keys launched untuned (frozen mode, CUDA graph capture)
     triton-dist-tune pretune MODULE:FUNCTION --cases FILE.json|MODULE:CALLABLE
+    triton-dist-tune index                      index kernel-level entries copied in by hand, now
 
 The commands that take ``NAME`` keep the entries whose name contains it (``--exact``: whose name
 is it); a ``NAME`` that matches nothing is one line on standard error and status 1. ``list``,
@@ -102,6 +103,8 @@ def _parser() -> argparse.ArgumentParser:
                                     "looked for in the current directory first, as python -m does)")
     p.add_argument("--cases", required=True,
                    help="a JSON file (a list of keyword-argument objects) or MODULE:CALLABLE returning the cases")
+    sub.add_parser("index", help="index every kernel's stored picks now (after copying entries in by hand; "
+                                 "new keys otherwise index them a few at a time)")
     p = sub.add_parser("misses", help="keys launched untuned (frozen mode, CUDA graph capture), to tune ahead")
     p.add_argument("name", nargs="?", default=None, metavar="NAME",
                    help="only kernels and functions whose name contains this (with --exact: whose name is this)")
@@ -163,6 +166,8 @@ def _main(argv: Optional[list[str]]) -> int:
               f"{cache.kernel_base() / persist.DIRECTORY}; {present} {'was' if present == 1 else 'were'} already "
               f"there, {len(skipped)} skipped")
         return 0
+    if args.command == "index":
+        return _index()
     if args.command == "pretune":
         from . import pretune
 
@@ -225,6 +230,22 @@ def _run(args: argparse.Namespace, reader: Reader, matching: Iterator[Entry]) ->
             print(f"{PROG} report: nothing tuned yet ({looked_in()}); the report is empty", file=sys.stderr)
     elif args.command == "clear":
         return _clear(args, entries)
+    return 0
+
+
+def _index() -> int:
+    """Bring every kernel folder's index up to date (``store.index.update``)."""
+    from ..store import index
+
+    base = cache.kernel_base() / persist.DIRECTORY
+    folders = sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink()) if base.is_dir() else []
+    for folder in folders:
+        try:
+            index.update(folder, cache.kernel_root())
+        except OSError as exc:
+            print(f"{PROG} index: cannot index {folder}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
+    print(f"indexed {_plural(len(folders), 'kernel folder')} under {base}")
     return 0
 
 

@@ -8,7 +8,11 @@ digest, its entry's name); and a stamp, the directory's mtime and inode when the
 matched it. A directory changed behind the index's back (entries copied in by hand, written by an
 older version, removed) has another: the next reader brings the index up to date (``refresh``),
 reading only the entries it lacks and dropping those gone; those it cannot index are listed as
-unusable, so each is read once.
+unusable, so each is read once. A lookup spends at most ``CATCH_UP_S`` reading entries the index
+lacks and keeps what it indexed; the next lookup goes on from there, and until the index has
+caught up a key's nearest is sought among the entries indexed so far (a hundred thousand entries
+copied in by hand cost each new key tens of milliseconds, never a read of them all). ``update``
+indexes them all at once.
 
 The file store's writer appends its entry's row (``put``), under the index's lock; readers take
 none (a row is one write; a torn tail is left out; a whole file is replaced by rename). The
@@ -28,6 +32,7 @@ import os
 import re
 import struct
 import sys
+import time
 import warnings
 from array import array
 from contextlib import ExitStack, contextmanager, suppress
@@ -36,6 +41,7 @@ from operator import add, sub
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
+from .. import _callsite
 from . import describe, keys, records
 from . import index_files as files
 from .safe_files import TooLarge, clean, locked, open_directory, read_at, subdirectory
@@ -45,8 +51,13 @@ ENTRY_LIMIT = 32 << 20  # the most bytes an entry file may hold
 _ENTRY = re.compile(r"[0-9a-f]{32}\.json")
 _SWAP = sys.byteorder == "big"  # rows are little-endian on every host
 _SKIPS = 8  # rows whose pick is none of the candidates passed over one by one before all are filtered
-_memo: dict = {}  # folder -> (directory state, {id: (numbers per key, rows)}, complete)
+#: the longest a lookup spends indexing entries the index lacks (the next lookup goes on from there)
+CATCH_UP_S = 0.05
+_STEP = 16  # ...but always indexes this many, so that it gets there however long listing the directory takes
+_pending: dict = {}  # folder -> the entries this process listed and has not indexed yet (a catch-up under way)
+_memo: dict = {}  # folder -> (directory state, {id: (numbers per key, rows)}, every id loaded, caught up)
 _warned: set = set()
+_told: set = set()  # folders whose catch-up this process has announced
 _LATER = object()  # an entry that cannot be read now
 
 
@@ -151,23 +162,31 @@ def _state(fd: int) -> tuple[int, int]:
 
 def _current(fd: int, folder: Path, ident: str) -> Optional[tuple[int, bytes]]:
     """The rows of ``ident`` as the directory holds now: from this process's memory, the index
-    file when its stamp matches, else after bringing the index up to date."""
+    file when its stamp matches, else after bringing the index up to date, for at most
+    ``CATCH_UP_S`` (the rows indexed so far, then)."""
     state = _state(fd)
     seen = _memo.get(str(folder))
     if seen is None or seen[0] != state:
-        seen = (state, {}, False)
-    elif seen[2] or ident in seen[1]:
+        seen = (state, {}, False, True)
+    elif seen[3] and (seen[2] or ident in seen[1]):
         return seen[1].get(ident)
     table: Any = False
-    with _index_folder(fd, folder, create=False, quiet=True) as ix:
-        if ix is not None and files.stamp(ix) == state:
-            table = files.load(ix, ident)
+    if seen[3]:
+        with _index_folder(fd, folder, create=False, quiet=True) as ix:
+            if ix is not None and files.stamp(ix) == state:
+                table = files.load(ix, ident)
     if table is not False:
         seen[1][ident] = table
         _memo[str(folder)] = seen
         return table
-    tables = refresh(fd, folder)
-    _memo[str(folder)] = (state, tables, True)
+    tables, caught_up = refresh(fd, folder, CATCH_UP_S)
+    _memo[str(folder)] = (state, tables, True, caught_up)
+    if not caught_up and str(folder) not in _told:
+        _told.add(str(folder))
+        warnings.warn(f"the autotune cache {folder} holds entries its index lacks (copied in by hand, or written "
+                      "by an older release): each new key indexes some of them, and until then its nearest tuned "
+                      "key is sought among those indexed. Run 'triton-dist-tune index' to index them all now.",
+                      RuntimeWarning, stacklevel=_callsite.stacklevel())
     return tables.get(ident)
 
 
@@ -189,50 +208,69 @@ def _index_folder(fd: int, folder: Path, create: bool, quiet: bool = False) -> I
 
 
 def update(folder: Path, root: Optional[Path] = None) -> None:
-    """Bring the index of ``folder`` up to date now (as the first reader after a change would)."""
+    """Bring the index of ``folder`` up to date now, every entry it lacks read."""
     with open_directory(folder, root, create=False) as fd:
         refresh(fd, folder)
 
 
-def refresh(fd: int, folder: Path) -> dict:
-    """Index the entries of the open directory ``fd`` the index lacks and drop those gone, under
-    the index's lock where it can be written (else in memory only); ``{id: (numbers, rows)}``."""
+def refresh(fd: int, folder: Path, budget: Optional[float] = None) -> tuple[dict, bool]:
+    """Index the entries of the open directory ``fd`` the index lacks (for about ``budget``
+    seconds at most, if given) and drop those gone, under the index's lock where it can be written
+    (else in memory only, and all of them: nothing would keep the progress); ``({id: (numbers,
+    rows)}, whether the index has caught up with the directory)``."""
     try:
         with ExitStack() as stack:
             ix = stack.enter_context(_index_folder(fd, folder, create=True))
             stack.enter_context(locked(ix, "index", folder / FOLDER / "index"))
-            return _rebuild(fd, folder, ix, write=True)
+            return _rebuild(fd, folder, ix, write=True, budget=budget)
     except OSError as exc:  # read-only, or a plant in the index's place: this process only
         _warn(folder, exc)
     with _index_folder(fd, folder, create=False, quiet=True) as ix:
         return _rebuild(fd, folder, ix, write=False)
 
 
-def _rebuild(fd: int, folder: Path, ix: Optional[int], write: bool) -> dict:
+def _rebuild(fd: int, folder: Path, ix: Optional[int], write: bool,
+             budget: Optional[float] = None) -> tuple[dict, bool]:
     """The index of the open directory ``fd`` as it is now: its rows of entries still there, and
-    a row for each entry it lacks that can be indexed; written back when ``write``."""
+    a row for each entry it lacks that can be indexed (those read within ``budget`` seconds);
+    written back when ``write`` (the stamp only once it has caught up); and whether it has. A
+    catch-up this process began goes on from its own listing (``_pending``): listing a folder of
+    a hundred thousand entries costs more than the budget itself."""
+    started = time.perf_counter()
     state = _state(fd)  # taken before the listing: a change after it gives the directory another mtime
-    present = {n for n in os.listdir(fd) if _ENTRY.fullmatch(n)}
     loaded, changed = files.load_all(ix)
-    tables, have = {}, set()
-    for ident, (dims, rows) in loaded.items():
-        listed = files.names(rows, dims)
-        if not present.issuperset(listed) or len(set(listed)) != len(listed):  # removed, or written again
-            size, last = files.row_size(dims), {n: i for i, n in enumerate(listed)}
-            rows = b"".join(rows[i * size: (i + 1) * size] for i, n in enumerate(listed)
-                            if n in present and last[n] == i)
-            changed.add(ident)
-        tables[ident] = (dims, rows)
-        have.update(listed)
-    unusable = files.unusable(ix) & present
+    unusable = files.unusable(ix)
+    queue = _pending.pop(str(folder), None) if budget is not None and write else None
+    if queue:
+        tables, todo, listed_now = dict(loaded), queue, False
+    else:
+        present = _listing(fd)
+        tables, have = {}, set()
+        for ident, (dims, rows) in loaded.items():
+            listed = files.names(rows, dims)
+            if not present.issuperset(listed) or len(set(listed)) != len(listed):  # removed, or written again
+                size, last = files.row_size(dims), {n: i for i, n in enumerate(listed)}
+                rows = b"".join(rows[i * size: (i + 1) * size] for i, n in enumerate(listed)
+                                if n in present and last[n] == i)
+                changed.add(ident)
+            tables[ident] = (dims, rows)
+            have.update(listed)
+        unusable &= present
+        todo, listed_now = list(present - have - unusable), True
     known = len(unusable)
     grown: dict = {}
-    for name in sorted(present - have - unusable):
+    done = 0
+    for done, name in enumerate(todo, 1):
         made = _row_from_file(fd, folder, name)
         if made is None:
             unusable.add(name)
         elif made is not _LATER and tables.get(made[0], (made[1],))[0] == made[1]:
             grown.setdefault(made[0], (made[1], bytearray()))[1].extend(made[2])
+        if budget is not None and done >= _STEP and time.perf_counter() - started > budget:
+            break
+    if done < len(todo):
+        _pending[str(folder)] = todo[done:]  # the next lookup goes on from here
+    caught_up = listed_now and done == len(todo)
     for ident, (dims, rows) in grown.items():
         tables[ident] = (dims, tables.get(ident, (dims, b""))[1] + bytes(rows))
         changed.add(ident)
@@ -246,8 +284,14 @@ def _rebuild(fd: int, folder: Path, ix: Optional[int], write: bool) -> dict:
                     os.unlink(f"{ident}.idx", dir_fd=ix)
         if len(unusable) != known:
             files.replace(ix, "unusable", "".join(f"{n}\n" for n in sorted(unusable)).encode())
-        files.replace(ix, "stamp", files.STAMP.pack(*state))
-    return tables
+        if caught_up:
+            files.replace(ix, "stamp", files.STAMP.pack(*state))
+    return tables, caught_up
+
+
+def _listing(fd: int) -> set:
+    """The entry files of the open directory (not their lock files, which are as many)."""
+    return {n for n in os.listdir(fd) if len(n) == 37 and n.endswith(".json") and _ENTRY.fullmatch(n)}
 
 
 def _row_from_file(fd: int, folder: Path, name: str) -> Any:
