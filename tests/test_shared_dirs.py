@@ -2,6 +2,7 @@
 full disks. Every test uses real files and processes; another owner is a real user (``useradd``)
 or, as root, a file handed to another uid (``os.chown``)."""
 
+import contextlib
 import json
 import os
 import pwd
@@ -260,16 +261,25 @@ filestore.write_json_atomic(Path(sys.argv[1]), {"version": 2, "pad": "x" * 10000
 """
 
 
-def test_a_writer_killed_mid_write_leaves_the_old_entry_and_its_temporary_is_removed(root):
-    entry = root / "fn" / "d.json"
+@contextlib.contextmanager
+def stalled_writer(entry: Path, root: Path):
+    """A real writer of ``entry`` (over an older version), stopped after writing its temporary
+    and before the rename, holding the entry's lock; killed when the block ends."""
     filestore.write_json_atomic(entry, {"version": 1}, root=root)
     child = subprocess.Popen([sys.executable, "-c", STALLED_WRITER, str(entry), str(root)],
                              stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline() == "written\n"
+        yield child
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
+
+
+def test_a_writer_killed_mid_write_leaves_the_old_entry_and_its_temporary_is_removed(root):
+    entry = root / "fn" / "d.json"
+    with stalled_writer(entry, root) as child:
+        pass
     partial = entry.parent / ".partial"  # where writers keep their temporaries
     left = [p.name for p in partial.iterdir() if p.name.endswith(".tmp")]
     assert left and all(f"-{child.pid}." in name for name in left)  # the writer is named
@@ -421,18 +431,11 @@ def test_clear_all_never_removes_a_live_writers_temporary_or_lock(root):
     entry's lock: ``clear --all`` leaves its temporary and its lock file; once it is dead, the
     next ``clear --all`` removes both."""
     entry = root / "fn" / "d.json"
-    filestore.write_json_atomic(entry, {"version": 1}, root=root)
-    child = subprocess.Popen([sys.executable, "-c", STALLED_WRITER, str(entry), str(root)],
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout.readline() == "written\n"
+    with stalled_writer(entry, root):
         temporaries = [p for p in (entry.parent / ".partial").iterdir() if p.name.endswith(".tmp")]
         assert len(temporaries) == 1
         assert cli.main(["clear", "--all"]) == 0
         assert temporaries[0].exists() and Path(f"{entry}.lock").exists()  # the writer's, busy
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait()
     assert cli.main(["clear", "--all"]) == 0
     assert not temporaries[0].exists() and not Path(f"{entry}.lock").exists()
 
