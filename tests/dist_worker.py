@@ -568,6 +568,28 @@ def scenario_checks_differ(rank, world, group):
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def scenario_frozen_group(rank, world, group):
+    """Tuned together once (only rank 0 keeps the pick on its disk), then, in frozen mode, a new
+    key with fresh tuners: every rank launches rank 0's nearest pick, not what its own disk has."""
+    from kernels import KERNELS
+
+    spec = KERNELS["add"]
+    tdp.register(RankCosts(rank))
+    x, y = spec.make_inputs("tiny", "cpu")
+    with tdp.tuning_group(group):
+        spec.launch(triton.autotune(configs=spec.configs("cpu"), key=spec.key)(spec.jit), x, y)
+    os.environ["TRITON_DIST_AUTOTUNE_FROZEN"] = "nearest"
+    kernel = triton.autotune(configs=spec.configs("cpu"), key=spec.key)(spec.jit)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with tdp.tuning_group(group):
+            out = spec.launch(kernel, x[:700], y[:700])
+    assert torch.equal(out, x[:700] + y[:700])
+    return {"pick": kernel.best_config.kwargs["BLOCK"]}
+
+
 def main():
     scenario, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     if f"prepare_{scenario}" in globals():

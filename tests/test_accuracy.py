@@ -398,12 +398,16 @@ def _dequantize(q, out, n, BLOCK: tl.constexpr, FLAW: tl.constexpr, ID: tl.const
 
 
 def test_float8_arguments_are_checked(plugins):
+    q = torch.linspace(-1, 1, N, device=DEVICE).to(torch.float8_e4m3fn)
+    try:  # the kernel alone, untuned: Triton-Ascend's interpreter cannot load float8
+        _dequantize[_grid](q, torch.zeros(N, device=DEVICE), N, BLOCK=16, FLAW=RIGHT, ID=0)
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"this Triton cannot run a float8 kernel here: {str(exc)[:120]}")
     scripted = Scripted()
     scripted.times = [5.0, 0.1]
     plugins(scripted)
     configs = _space(RIGHT, LOT)
     kernel = triton.autotune(configs=configs, key=["n"], check_accuracy=True)(_dequantize)
-    q = torch.linspace(-1, 1, N, device=DEVICE).to(torch.float8_e4m3fn)
     out = torch.zeros(N, device=DEVICE)
     kernel[_grid](q, out, N)
     torch.testing.assert_close(out, q.float() * 2)

@@ -277,3 +277,25 @@ def test_candidates_the_search_left_out_are_skipped_not_failed(tmp_path, monkeyp
     assert sum(" skipped " in line and "not screened: the search left it out" in line
                for line in shown.splitlines()) == 6
     assert "skipped = left out by the search" in shown
+
+
+def test_report_never_raises_on_the_numbers_a_valid_record_holds_in_its_notes(tmp_path, monkeypatch):
+    """Notes are free text: a number the phases chart reads that is not one is passed over."""
+    import triton
+
+    from kernels import KERNELS
+    from triton_dist_plugin.cli.commands import main
+    from triton_dist_plugin.store import records
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_DIR", str(tmp_path / "picks"))
+    add = KERNELS["add"]
+    kernel = triton.autotune(configs=add.configs(DEVICE), key=add.key)(add.jit)
+    x = torch.randn(512, device=DEVICE)
+    add.launch(kernel, x, x)
+    (entry,) = (tmp_path / "picks" / "kernels").glob("*/*.json")
+    record = json.loads(entry.read_text())
+    record["notes"] = ["compiled 3 candidates in 1.2.3s", "screened 3 of 3 candidates in ..s"]
+    assert records.valid(record, "kernel")
+    entry.write_text(json.dumps(record))
+    assert main(["report", "-o", str(tmp_path / "r.html")]) == 0
+    assert (tmp_path / "r.html").read_text().count("add_kernel") >= 1

@@ -204,3 +204,8 @@ def test_ranks_with_different_checks_refuse_at_once(tmp_path):
     for r in results:
         assert "RankMismatch" in r["error"] and "disagree on the checks" in r["error"], r
         assert "check_accuracy=" in r["error"] and r["seconds"] < 30  # not the 60 s collective timeout
+
+
+def test_frozen_nearest_under_a_group_launches_rank_0s_pick_on_every_rank(tmp_path):
+    results = run_ranks("frozen_group", 2, tmp_path)
+    assert results[0]["pick"] == results[1]["pick"] == 512  # the pick tuned together (rank 0's disk)

@@ -267,3 +267,84 @@ def test_a_catch_up_under_way_is_said_once_and_the_command_line_indexes_everythi
     rows = {name for _, name in index.nearest(folder, tmp_path / "tdp-cache", store_ident(store, seeded), (7.0,),
                                               None)}
     assert len(rows) == 101  # the seed's and every one planted
+
+
+def _frozen_launch(n: int, configs=None):
+    """A fresh tuner of the add kernel launched in frozen mode: what it said, and its pick."""
+    kernel = triton.autotune(configs=configs or ADD.configs(DEVICE), key=ADD.key)(ADD.jit)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        launch(n, kernel)
+    return " ".join(str(w.message) for w in caught if "never tuned" in str(w.message)), kernel
+
+
+def test_frozen_nearest_takes_the_key_itself_tuned_under_other_candidates(tmp_path, seeded, monkeypatch):
+    """A key tuned before a config was added is the nearest there is (distance 0): its pick."""
+    monkeypatch.setenv(untuned.FROZEN_ENV, "nearest")
+    said, kernel = _frozen_launch(1000, ADD.configs(DEVICE) + [triton.Config({"BLOCK": 64}, num_warps=1)])
+    assert "the nearest tuned key (1000," in said, said
+    assert describe.describe(kernel.best_config) == seeded["pick_config"]
+
+
+def test_frozen_nearest_never_chains_through_keys_it_did_not_tune(tmp_path, seeded, monkeypatch):
+    """A key given a substitute is no tuned key: the next miss is measured against the tuned ones."""
+    folder = folder_of(tmp_path)
+    plant(folder, seeded, 100000)
+    monkeypatch.setenv(untuned.FROZEN_ENV, "nearest")
+    kernel = triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit)
+    for n, nearest in ((20000, 100000), (9000, 1000)):  # 9000 is nearer 20000 (never tuned) than 1000
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            launch(n, kernel)
+        said = " ".join(str(w.message) for w in caught)
+        assert f"the nearest tuned key ({nearest}," in said, said
+
+
+def test_frozen_nearest_honours_the_version_check(tmp_path, seeded, monkeypatch):
+    folder = folder_of(tmp_path)
+    path = plant(folder, seeded, 3000, versions={**seeded["versions"], "torch": "0.0.1"})
+    assert records.valid(json.loads(path.read_text()), "kernel")
+    monkeypatch.setenv(untuned.FROZEN_ENV, "nearest")
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_VERSION_CHECK", "1")
+    said, _ = _frozen_launch(3100)
+    assert "the nearest tuned key (1000," in said, said  # not 3000's, made under other versions
+
+
+def test_a_catch_up_converges_past_entries_it_cannot_read(tmp_path, seeded, monkeypatch):
+    """Links named like entries (never followed) cannot be read: they are left to the next
+    process, and the index still catches up with everything else."""
+    folder = folder_of(tmp_path)
+    for n in range(2000, 2200, 2):
+        plant(folder, seeded, n)
+    for i in range(40):
+        (folder / f"{i:032x}.json").symlink_to(tmp_path / "elsewhere.json")
+    monkeypatch.setattr(index, "CATCH_UP_S", 0.0)
+    store = store_like(seeded)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for n in range(3001, 3001 + 2 * 20, 2):  # (100 + 40) / index._STEP lookups, and one more listing
+            store.nearest_pick(key_of(seeded, n), ADD.configs(DEVICE))
+    assert (folder / index.FOLDER / "stamp").exists()
+
+
+def test_the_index_command_reads_again_an_entry_found_cut_short(tmp_path, seeded, capsys):
+    """An entry read while it was still being copied is unusable; once whole, ``triton-dist-tune
+    index`` reads it again, and names each entry it still cannot index."""
+    from triton_dist_plugin.cli.commands import main
+
+    folder = folder_of(tmp_path)
+    whole = plant(folder, seeded, 3000)
+    text = whole.read_text()
+    whole.write_text(text[: len(text) // 2])  # half copied
+    store = store_like(seeded)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert store.nearest_pick(key_of(seeded, 3100), ADD.configs(DEVICE))[0][0] == 1000
+    broken = plant(folder, seeded, 5000)
+    broken.write_text("{")
+    whole.write_text(text)  # the copy finished
+    assert main(["index"]) == 0
+    out = capsys.readouterr()
+    assert f"skipping {broken}" in out.err and "1 entry could not be indexed" in out.out
+    index._memo.clear()
+    assert store.nearest_pick(key_of(seeded, 3100), ADD.configs(DEVICE))[0][0] == 3000

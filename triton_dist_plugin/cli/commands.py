@@ -234,19 +234,31 @@ def _run(args: argparse.Namespace, reader: Reader, matching: Iterator[Entry]) ->
 
 
 def _index() -> int:
-    """Bring every kernel folder's index up to date (``store.index.update``)."""
+    """Bring every kernel folder's index up to date (``store.index.update``), naming each entry
+    it cannot index, with a count."""
     from ..store import index
 
     base = cache.kernel_base() / persist.DIRECTORY
-    folders = sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink()) if base.is_dir() else []
+    try:
+        folders = sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink()) if base.is_dir() else []
+    except OSError as exc:
+        print(f"{PROG} index: cannot list {base}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    failed, unusable = 0, 0
     for folder in folders:
         try:
-            index.update(folder, cache.kernel_root())
+            left = index.update(folder, cache.kernel_root())
         except OSError as exc:
-            print(f"{PROG} index: cannot index {folder}: {exc.strerror or exc}", file=sys.stderr)
-            return 1
-    print(f"indexed {_plural(len(folders), 'kernel folder')} under {base}")
-    return 0
+            print(f"{PROG} index: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        for name in left:
+            print(f"{PROG} index: skipping {folder / name}: not an entry this version can use (damaged, cut "
+                  "short, or of another layout); delete it, or copy it again", file=sys.stderr)
+        unusable += len(left)
+    print(f"indexed {_plural(len(folders) - failed, 'kernel folder')} under {base}"
+          + (f"; {_plural(unusable, 'entry', 'entries')} could not be indexed" if unusable else ""))
+    return 1 if failed else 0
 
 
 def _clear(args: argparse.Namespace, entries: list[Entry]) -> int:

@@ -133,8 +133,12 @@ def bench_and_record(instance: Any, state: KernelState, request: TuningRequest, 
         cache_hit = True
     elif untuned.frozen():  # a miss never times anything: raise, or launch the nearest key's pick
         near = store.nearest_pick(key, configs) if store is not None else None  # from the index: no scan
-        tuned = {**({near[0]: near[1]} if near is not None else {}), **instance.cache}
-        instance.cache[key] = untuned.frozen_miss(state.name, key, tuned, configs[0], instance, request.device)
+        # Keys tuned in this process, not those given a substitute in frozen mode (no chain of guesses).
+        tuned = {**({near[0]: near[1]} if near is not None else {}),
+                 **{k: c for k, c in instance.cache.items() if k not in state.substituted}}
+        config = untuned.frozen_miss(state.name, key, tuned, configs[0], instance, request.device)
+        instance.cache[key] = _from_first(group, config, [*configs, *tuned.values()], state.name)
+        state.substituted.add(key)
         return instance.cache[key]
     else:
         try:
@@ -161,6 +165,15 @@ def bench_and_record(instance: Any, state: KernelState, request: TuningRequest, 
         listener(fn=_compat.jit_function(instance.fn), key=key, best_config=best, configs_timings=timings,
                  duration=None if cache_hit else outcome.bench_time, cache_hit=cache_hit)
     return best
+
+
+def _from_first(group: Any, config: Any, known: list, name: str) -> Any:
+    """Under a group, the config rank 0 chose (each rank's disk may hold other picks), found among
+    ``known`` by its description; ``config`` alone, or where rank 0's is unknown here."""
+    if group is None:
+        return config
+    chosen = distributed.from_first(group, describe.describe(config), f"sharing the frozen pick of {name}")
+    return next((c for c in known if describe.describe(c) == chosen), config)
 
 
 def _persist(store: persist.KernelStore, state: KernelState, key: tuple, outcome: engine.Outcome,

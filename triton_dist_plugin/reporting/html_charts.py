@@ -66,10 +66,10 @@ def why(view: View) -> str:
 
 
 _STEPS = {
-    "compiling": re.compile(r"\bcompiled \d+ candidates in ([\d.]+)s"),
-    "screened": re.compile(r"\bscreened \d+ of \d+ candidates in ([\d.]+)s"),
-    "second": re.compile(r"then the best \d+ for \d+ runs(?: \([^)]*\))? in ([\d.]+)s"),
-    "measuring": re.compile(r"\bmeasured \d+ finalists(?: \([^)]*\))? in ([\d.]+)s"),
+    "compiling": re.compile(r"\bcompiled \d+ candidates in (\d+(?:\.\d+)?)s"),
+    "screened": re.compile(r"\bscreened \d+ of \d+ candidates in (\d+(?:\.\d+)?)s"),
+    "second": re.compile(r"then the best \d+ for \d+ runs(?: \([^)]*\))? in (\d+(?:\.\d+)?)s"),
+    "measuring": re.compile(r"\bmeasured \d+ finalists(?: \([^)]*\))? in (\d+(?:\.\d+)?)s"),
 }
 
 

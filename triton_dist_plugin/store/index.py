@@ -55,6 +55,7 @@ _SKIPS = 8  # rows whose pick is none of the candidates passed over one by one b
 CATCH_UP_S = 0.05
 _STEP = 16  # ...but always indexes this many, so that it gets there however long listing the directory takes
 _pending: dict = {}  # folder -> the entries this process listed and has not indexed yet (a catch-up under way)
+_deferred: dict = {}  # folder -> entries this process could not read now (left to the next, or a change)
 _memo: dict = {}  # folder -> (directory state, {id: (numbers per key, rows)}, every id loaded, caught up)
 _warned: set = set()
 _told: set = set()  # folders whose catch-up this process has announced
@@ -95,8 +96,9 @@ def row_of(record: dict, name: str) -> Optional[tuple[str, int, bytes]]:
 def nearest(folder: Path, root: Optional[Path], ident: str, vector: tuple,
             picks: Optional[set] = None) -> Iterator[tuple[float, str]]:
     """``(distance, entry name)`` of the keys of index ``ident`` in ``folder``, nearest
-    ``vector`` first; a key at distance 0 (the key itself, under other candidates) is passed
-    over, and with ``picks`` (``pick_digest`` values) so is a key whose pick is none of them."""
+    ``vector`` first (a key at distance 0 too: the key itself under other candidates, or a key
+    as near; the caller decides); with ``picks`` (``pick_digest`` values) a key whose pick is
+    none of them is passed over."""
     if not vector or not all(math.isfinite(v) for v in vector):
         return  # no numbers: every comparable key is this one; a number that is not finite: none is near
     try:
@@ -144,8 +146,6 @@ def _ranked(rows: bytes, dims: int, vector: tuple, picks: Optional[set]) -> Iter
             return
         i = dist.index(best)
         dist[i] = math.inf
-        if best == 0.0:
-            continue
         if ids is not None and ids[i] not in picks:
             skipped += 1
             if skipped == _SKIPS:  # the candidates changed: filter every row at once
@@ -207,10 +207,19 @@ def _index_folder(fd: int, folder: Path, create: bool, quiet: bool = False) -> I
         os.close(ix)
 
 
-def update(folder: Path, root: Optional[Path] = None) -> None:
-    """Bring the index of ``folder`` up to date now, every entry it lacks read."""
+def update(folder: Path, root: Optional[Path] = None) -> list:
+    """Bring the index of ``folder`` up to date now, every entry it lacks read, those it could
+    not index before read again (one read while it was being copied, say); the names of those it
+    still cannot index."""
     with open_directory(folder, root, create=False) as fd:
-        refresh(fd, folder)
+        try:
+            with ExitStack() as stack:
+                ix = stack.enter_context(_index_folder(fd, folder, create=True))
+                stack.enter_context(locked(ix, "index", folder / FOLDER / "index"))
+                _rebuild(fd, folder, ix, write=True, retry=True)
+                return sorted(files.unusable(ix))
+        except OSError as exc:
+            raise OSError(f"cannot write the index of {folder}: {exc}") from exc
 
 
 def refresh(fd: int, folder: Path, budget: Optional[float] = None) -> tuple[dict, bool]:
@@ -230,16 +239,19 @@ def refresh(fd: int, folder: Path, budget: Optional[float] = None) -> tuple[dict
 
 
 def _rebuild(fd: int, folder: Path, ix: Optional[int], write: bool,
-             budget: Optional[float] = None) -> tuple[dict, bool]:
+             budget: Optional[float] = None, retry: bool = False) -> tuple[dict, bool]:
     """The index of the open directory ``fd`` as it is now: its rows of entries still there, and
     a row for each entry it lacks that can be indexed (those read within ``budget`` seconds);
     written back when ``write`` (the stamp only once it has caught up); and whether it has. A
     catch-up this process began goes on from its own listing (``_pending``): listing a folder of
-    a hundred thousand entries costs more than the budget itself."""
-    started = time.perf_counter()
+    a hundred thousand entries costs more than the budget itself, which counts from after it. An
+    entry that cannot be read now (another user's, say) is tried again by the next process, or
+    when the folder changes, not by every lookup of this one. ``retry``: read again those found
+    unusable before."""
     state = _state(fd)  # taken before the listing: a change after it gives the directory another mtime
     loaded, changed = files.load_all(ix)
-    unusable = files.unusable(ix)
+    unusable = set() if retry else files.unusable(ix)
+    deferred = _deferred.setdefault(str(folder), set())
     queue = _pending.pop(str(folder), None) if budget is not None and write else None
     if queue:
         tables, todo, listed_now = dict(loaded), queue, False
@@ -256,15 +268,18 @@ def _rebuild(fd: int, folder: Path, ix: Optional[int], write: bool,
             tables[ident] = (dims, rows)
             have.update(listed)
         unusable &= present
-        todo, listed_now = list(present - have - unusable), True
-    known = len(unusable)
+        todo, listed_now = list(present - have - unusable - deferred), True
+    known = -1 if retry else len(unusable)
     grown: dict = {}
     done = 0
+    started = time.perf_counter()
     for done, name in enumerate(todo, 1):
         made = _row_from_file(fd, folder, name)
         if made is None:
             unusable.add(name)
-        elif made is not _LATER and tables.get(made[0], (made[1],))[0] == made[1]:
+        elif made is _LATER:
+            deferred.add(name)
+        elif tables.get(made[0], (made[1],))[0] == made[1]:
             grown.setdefault(made[0], (made[1], bytearray()))[1].extend(made[2])
         if budget is not None and done >= _STEP and time.perf_counter() - started > budget:
             break

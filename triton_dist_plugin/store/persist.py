@@ -123,20 +123,25 @@ class KernelStore:
         return record.get("kernel") == self.name and record.get("source") == self.source and \
             record.get("hardware") == self.hw
 
-    def _nearest(self, key: Any, picks: Optional[set] = None):
-        """``(stored key, record)`` of the stored keys nearest ``key`` (not ``key`` itself) that
-        pass every check, nearest first: at most ``TRIES`` entries are read."""
+    def _nearest(self, key: Any, picks: Optional[set] = None, itself: bool = True):
+        """``(stored key, record)`` of the stored keys nearest ``key`` that pass every check,
+        nearest first (``itself``: ``key`` too, stored under other candidates): at most ``TRIES``
+        entries are read, each once."""
         signature = keys.signature(key)
         if signature is None:
             return
         vector = keys.vector(key)
         ident = index.identity(self.name, self.source, self.hw, self.context, signature)
-        for tried, (claimed, name) in enumerate(index.nearest(self.dir, self.root, ident, vector, picks)):
-            if tried >= TRIES:
+        seen: set = set()
+        for claimed, name in index.nearest(self.dir, self.root, ident, vector, picks):
+            if name in seen:  # an entry written again has a row per write
+                continue
+            if len(seen) >= TRIES:
                 return
+            seen.add(name)
             record = filestore.read_json(self.dir / name, self.root)
             found = self._usable(record, name, key, claimed)
-            if found is not None:
+            if found is not None and (itself or not _same_key(found, key)):
                 yield found, record
 
     def _usable(self, record: Any, name: str, key: Any, claimed: float) -> Optional[tuple]:
@@ -147,13 +152,12 @@ class KernelStore:
             return None
         if describe.entry_digest(record["source"], record["hardware"], record["key"], record["context"]) != name[:32]:
             return None
+        if settings.value(cache.VERSION_CHECK_ENV) and record.get("versions") != describe.versions():
+            return None  # made under other versions of the software, which the setting refuses
         stored = keys.parse(record["key"])
         if stored is None or not math.isclose(keys.distance(stored, key), claimed, rel_tol=1e-9, abs_tol=1e-12):
             return None
-        try:
-            return None if stored == key else stored
-        except Exception:  # noqa: BLE001 - a part of the user's key that cannot be compared
-            return None
+        return stored
 
     def nearest_pick(self, key: Any, configs: list) -> Optional[tuple[Any, Any]]:
         """``(stored key, config)``: the nearest stored key whose pick is still one of ``configs``,
@@ -168,7 +172,7 @@ class KernelStore:
         """``(stored key, (ranking, space))`` of the nearest stored key: its candidates
         (descriptions), fastest first, the pick leading, and every candidate of its space where
         that was kept (else None); for warm starts. None if there is none."""
-        for stored, record in self._nearest(key):
+        for stored, record in self._nearest(key, itself=False):  # a warm start is from another key
             rows = [c for c in record["candidates"] if isinstance(c.get("ms"), (int, float))]
             order = [c["config"] for c in sorted(rows, key=lambda c: c["ms"])]
             pick = record["pick_config"]
@@ -202,6 +206,13 @@ class KernelStore:
         cache.put_checked(entry, self.record(key, best, timings, failures, measured, method, bench_time, space,
                                              notes, model, decision))
         return entry.path
+
+
+def _same_key(stored: Any, key: Any) -> bool:
+    try:
+        return bool(stored == key)
+    except Exception:  # noqa: BLE001 - a part of the user's key that cannot be compared
+        return True
 
 
 def _rows(best: Any, timings: dict, failures: dict, measured: list) -> list:
