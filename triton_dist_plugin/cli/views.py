@@ -95,13 +95,16 @@ def cmd_list(entries: list[Entry]) -> str:
 
 def cmd_show(entries: list[Entry]) -> str:
     parts = []
+    sources: dict = {}  # (kind, name, key) -> the sources its entries were tuned from
+    for e in entries:
+        sources.setdefault((e.kind, e.name, e.key), set()).add(_source(e))
     for e in entries:
         # Full measurements first (the pick among them), then the screening rounds, then failures.
         order = sorted(e.candidates, key=lambda c: ("full", "screening", "skipped", "-").index(_round(c)))
         rows = [[c["config"], _fmt(c["ms"]), _round(c), c["failure"] or "", "*" if c["config"] == e.pick else ""]
                 for c in order]
         source = _source(e)
-        twins = {_source(o) for o in entries if (o.kind, o.name, o.key) == (e.kind, e.name, e.key)} - {None}
+        twins = sources[(e.kind, e.name, e.key)] - {None}
         parts.append(f"{e.kind} {e.name}  key={e.key}\n  file: {e.path}\n"
                      + (f"  source: {source} (entries of this name and key were tuned from {len(twins)} different "
                         "sources)\n" if source and len(twins) > 1 else "")
