@@ -299,3 +299,14 @@ def test_report_never_raises_on_the_numbers_a_valid_record_holds_in_its_notes(tm
     entry.write_text(json.dumps(record))
     assert main(["report", "-o", str(tmp_path / "r.html")]) == 0
     assert (tmp_path / "r.html").read_text().count("add_kernel") >= 1
+
+
+@pytest.mark.parametrize("command", ["list", "index"])
+def test_a_cache_directory_that_is_a_dangling_link_is_said_at_the_command_line(tmp_path, command):
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    env = {**__import__("os").environ, "HOME": str(tmp_path), "TRITON_DIST_AUTOTUNE_DIR": str(tmp_path / "gone"),
+           "TRITON_CACHE_DIR": str(tmp_path / "tc")}
+    result = subprocess.run([str(SCRIPT), command], capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "symbolic link" in line]
+    assert len(said) == 1 and "which does not exist" in said[0], result.stderr

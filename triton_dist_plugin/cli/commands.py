@@ -154,6 +154,9 @@ def _main(argv: Optional[list[str]]) -> int:
                              f"run '{PROG} misses' to see every one")
         print(text)
         return 0
+    if args.command in ("import", "index"):  # a root that cannot hold entries is said, once
+        for root in {cache.cache_root(), cache.kernel_root()}:
+            cache.blocked(root)
     if args.command == "import":
         try:
             written, present, skipped = manifest.import_file(Path(args.file))
@@ -177,6 +180,8 @@ def _main(argv: Optional[list[str]]) -> int:
             print(f"{PROG} pretune: {exc}", file=sys.stderr)
             return 1
 
+    for root in {cache.cache_root(), cache.kernel_root()}:  # a root that cannot hold entries is said, once
+        cache.blocked(root)
     reader = Reader()
     every = reader.entries(functions=not args.kernels, kernels=not args.functions)
     matching = (e for e in every if matches(e.name, args.name, args.exact))
