@@ -16,14 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
 from . import bus, distributed, settle
-from . import failures as failures_
 from .compiling.stream import SKIPPED, Stream
-from .failures import NoValidConfig, Timing, describe, let_through
+from .failures import NOT_SEARCHED, NoValidConfig, Timing, describe, let_through
 from .requests import INF3, CandidateRequest, TuningRecord, TuningRequest
 from .search import model
 from .search.space import Space
-
-NOT_SEARCHED = failures_.NOT_SEARCHED  # why a candidate the search never screened has no time
 
 
 @dataclass
