@@ -568,6 +568,41 @@ def scenario_checks_differ(rank, world, group):
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def scenario_effort_differs(rank, world, group):
+    """``TRITON_DIST_AUTOTUNE_EFFORT=full`` on rank 0, ``quick`` on rank 1: their screenings would
+    make different collectives, so every front end (the patched Autotuner, the function-level and
+    the contextual tuner) refuses at once on every rank."""
+    from kernels import KERNELS
+    from triton_dist_plugin.autotuner import contextual_autotune
+
+    os.environ["TRITON_DIST_AUTOTUNE_EFFORT"] = "full" if rank == 0 else "quick"
+    spec = KERNELS["add"]
+    x, y = spec.make_inputs("tiny", "cpu")
+    copy = _contextual_kernel(rank)
+
+    @contextual_autotune(is_dist=True, n_repeat=1, n_warmup=0)
+    def step(t):
+        out = torch.empty_like(t)
+        copy[lambda m: (triton.cdiv(t.numel(), m["BLOCK"]),)](t, out, t.numel())
+        return out
+
+    fronts = {
+        "kernel": lambda: spec.launch(triton.autotune(configs=spec.configs("cpu"), key=spec.key)(spec.jit), x, y),
+        "function": lambda: sleepy(rank)(1, autotune_pg=group),
+        "contextual": lambda: step(torch.randn(64)),
+    }
+    errors = {}
+    for name, call in fronts.items():
+        started = time.monotonic()
+        try:
+            with tdp.tuning_group(group):
+                call()
+            errors[name] = None
+        except Exception as exc:
+            errors[name] = f"{type(exc).__name__}: {exc} ({time.monotonic() - started:.1f}s)"
+    return {"errors": errors}
+
+
 def scenario_frozen_group(rank, world, group):
     """Tuned together once (only rank 0 keeps the pick on its disk), then, in frozen mode, a new
     key with fresh tuners: every rank launches rank 0's nearest pick, not what its own disk has."""

@@ -11,7 +11,7 @@ PACKAGE = Path(triton_dist_plugin.__file__).resolve().parent
 
 #: Lowest first; every part of the package is in exactly one.
 LAYERS = [
-    ("facts", {"_compat", "settings", "requests", "_callsite", "failures", "settle"}),
+    ("facts", {"_compat", "settings", "policy", "requests", "_callsite", "failures", "settle"}),
     ("hooks", {"hookspecs"}),
     ("built-in plugins", {"timing", "distributed", "reporting", "tiling", "search"}),
     ("bus and stores", {"bus", "store"}),

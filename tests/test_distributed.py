@@ -206,6 +206,16 @@ def test_ranks_with_different_checks_refuse_at_once(tmp_path):
         assert "check_accuracy=" in r["error"] and r["seconds"] < 30  # not the 60 s collective timeout
 
 
+def test_ranks_with_different_efforts_refuse_at_once_in_every_front_end(tmp_path):
+    results = run_ranks("effort_differs", 2, tmp_path, timeout_s="60")
+    for r in results:
+        assert set(r["errors"]) == {"kernel", "function", "contextual"}, r
+        for front, error in r["errors"].items():
+            assert error and "RankMismatch" in error and "disagree on the checks" in error, (front, error)
+            assert "'effort': 'full'" in error or "'effort': 'quick'" in error, (front, error)
+            assert float(error.rsplit("(", 1)[1].rstrip("s)")) < 30, (front, error)  # not the 60 s timeout
+
+
 def test_frozen_nearest_under_a_group_launches_rank_0s_pick_on_every_rank(tmp_path):
     results = run_ranks("frozen_group", 2, tmp_path)
     assert results[0]["pick"] == results[1]["pick"] == 512  # the pick tuned together (rank 0's disk)

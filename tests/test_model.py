@@ -20,8 +20,11 @@ from search_space import BEST, SPACE, bowl, copy
 
 from kernels import KERNELS
 from triton_dist_plugin import hookimpl
-from triton_dist_plugin.search import guided, model
+from triton_dist_plugin.policy import PRESETS
+from triton_dist_plugin.search import model
 from triton_dist_plugin.search import strategy as search
+
+DEFAULT = PRESETS["default"]
 
 TRUTH = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "search_truth_h200.json"
 
@@ -58,8 +61,8 @@ def test_a_right_model_compiles_a_few_and_keeps_the_best(plugins, timed, recorde
     assert search.features_of(kernel.best_config) | BEST == search.features_of(kernel.best_config)
     assert len(timed.screened()) <= 0.4 * len(SPACE), len(timed.screened())
     assert record.model["trusted"] and record.model["recall"] and record.model["of"] == len(SPACE)
-    assert record.model["kept"] == guided.KEEP_MIN and record.model["screened"] == len(timed.screened())
-    assert any(n.startswith(f"cost model: kept {guided.KEEP_MIN} of 120") for n in record.notes), record.notes
+    assert record.model["kept"] == DEFAULT.keep_min and record.model["screened"] == len(timed.screened())
+    assert any(n.startswith(f"cost model: kept {DEFAULT.keep_min} of 120") for n in record.notes), record.notes
 
 
 def test_the_report_shows_the_models_recall_from_the_stored_entry(plugins, timed, recorder, tmp_path):
@@ -74,7 +77,7 @@ def test_the_report_shows_the_models_recall_from_the_stored_entry(plugins, timed
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     text = page.read_text()
-    assert f"<b>Cost model:</b> kept {guided.KEEP_MIN} of 120 candidates" in text
+    assert f"<b>Cost model:</b> kept {DEFAULT.keep_min} of 120 candidates" in text
     assert "the best screened was among them" in text and "<b>Decision:</b>" in text
 
 
@@ -91,7 +94,7 @@ def test_a_model_the_times_contradict_is_ignored_and_the_space_screened_whole(pl
     plugins(Ranking(lambda f: -bowl(f)))  # the slowest first
     kernel, record = tuned(recorder)
     assert search.features_of(kernel.best_config) | BEST == search.features_of(kernel.best_config)
-    assert not record.model["trusted"] and record.model["rho"] < guided.RHO_MIN
+    assert not record.model["trusted"] and record.model["rho"] < DEFAULT.rho_min
     assert len(timed.screened()) == len(SPACE)
 
 
@@ -185,7 +188,7 @@ def test_the_builtin_model_keeps_the_h200s_best_matmul_config(h200, which):
     scores = model.rank(problem, space)
     best = min((c for c in space if quick[c] is not None), key=quick.get)
     order = sorted(range(len(space)), key=lambda i: (scores[i], i))
-    assert order.index(space.index(best)) < guided.KEEP_MIN  # among the first step's candidates
+    assert order.index(space.index(best)) < DEFAULT.keep_min  # among the first step's candidates
     fails = [i for i, c in enumerate(space) if quick[c] is None]  # out of resources on the H200
     assert sum(math.isinf(scores[i]) for i in fails) >= len(fails) // 2
     good = [i for i, c in enumerate(space) if quick[c] is not None and quick[c] < 2 * quick[best]]

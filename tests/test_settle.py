@@ -11,8 +11,11 @@ import triton
 from helpers import DEVICE
 from search_space import SPACE, copy
 
-from triton_dist_plugin import engine, hookimpl, settle, unregister
+from triton_dist_plugin import engine, hookimpl, unregister
+from triton_dist_plugin.policy import PRESETS
 from triton_dist_plugin.requests import TuningRequest
+
+DEFAULT = PRESETS["default"]
 
 CANDIDATES = SPACE[:6]
 
@@ -51,7 +54,8 @@ def test_a_tie_goes_to_the_first_in_the_given_order_whatever_the_noise(plugins, 
         timing = Noisy([2.0, 1.004, 2.0, 1.0, 2.0, 2.0], 0.005, seed)
         kernel, record = tune(plugins, recorder, timing)
         picks.add(str(kernel.best_config))
-        assert record.decision["tie"] and settle.ROUNDS_LEAST <= record.decision["rounds"] <= settle.ROUNDS, \
+        rounds = record.decision["rounds"]
+        assert record.decision["tie"] and DEFAULT.settle_rounds_least <= rounds <= DEFAULT.settle_rounds, \
             record.decision
         assert any(n.startswith("finalists too close to call") for n in record.notes), record.notes
         # The rounds alternate which finalist runs first.
@@ -65,7 +69,7 @@ def test_a_clear_winner_is_taken_at_once_and_its_margin_recorded(plugins, record
     timing = Noisy([2.0, 1.3, 2.0, 1.0, 2.0, 2.0], 0.0, 0)
     kernel, record = tune(plugins, recorder, timing)
     assert kernel.best_config is CANDIDATES[3]
-    assert record.decision == {"margin": 0.3, "noise": settle.UNKNOWN_NOISE, "rounds": 0, "confidence": 1.0,
+    assert record.decision == {"margin": 0.3, "noise": DEFAULT.unknown_noise, "rounds": 0, "confidence": 1.0,
                                "tie": False}
 
 
@@ -75,13 +79,13 @@ def test_the_rounds_stop_early_only_where_no_other_pick_is_possible(plugins, rec
     timing = Noisy([2.0, 1.0, 2.0, 1.015, 2.0, 2.0], 0.0, 0)  # the faster is first in the given order
     kernel, record = tune(plugins, recorder, timing)
     assert kernel.best_config is CANDIDATES[1]
-    assert record.decision["rounds"] == settle.ROUNDS_LEAST and not record.decision["tie"], record.decision
+    assert record.decision["rounds"] == DEFAULT.settle_rounds_least and not record.decision["tie"], record.decision
     # The faster is later in the given order: the one before it is within twice the band, and
     # might yet tie with it (and take the pick) over more rounds, so all of them are run.
     timing = Noisy([2.0, 1.015, 2.0, 1.0, 2.0, 2.0], 0.0, 0)
     kernel, record = tune(plugins, recorder, timing)
     assert kernel.best_config is CANDIDATES[3]
-    assert record.decision["rounds"] == settle.ROUNDS and not record.decision["tie"], record.decision
+    assert record.decision["rounds"] == DEFAULT.settle_rounds and not record.decision["tie"], record.decision
 
 
 def test_a_real_gap_inside_the_noise_is_found_by_the_rounds(plugins, recorder, monkeypatch):

@@ -19,6 +19,7 @@ from test_distributed import run_ranks
 import triton_dist_plugin as tdp
 from triton_dist_plugin import engine
 from triton_dist_plugin.compiling import forked_compile, precompile, stream
+from triton_dist_plugin.policy import PRESETS
 from triton_dist_plugin.search import strategy as search
 
 
@@ -55,7 +56,7 @@ def test_candidates_are_screened_as_they_compile_and_hopeless_ones_never_compile
     for config in left:
         around = [SPACE[j] for j in space.neighbours(SPACE.index(config))]
         near = [bowl(search.features_of(c)) for c in around if c in compiled]
-        assert len(near) >= 2 and min(near) >= stream.HOPELESS * best
+        assert len(near) >= 2 and min(near) >= PRESETS['default'].hopeless * best
 
 
 def test_nothing_is_skipped_before_half_the_step_has_arrived_nor_under_a_group():
@@ -65,13 +66,14 @@ def test_nothing_is_skipped_before_half_the_step_has_arrived_nor_under_a_group()
     best = next(c for c in SPACE if search.features_of(c).items() >= BEST.items())
     neighbours = [SPACE[j] for j in space.neighbours(SPACE.index(at))]
     order = neighbours + [best] + [c for c in SPACE if c not in neighbours and c is not best and c is not at]
-    s = stream.Stream(SPACE, SPACE, space, {}, lambda c: times[c], skip=True)
+    s = stream.Stream(SPACE, SPACE, space, {}, lambda c: times[c], skip=True, policy=PRESETS['default'])
     for config in order[: len(SPACE) // 2 - 1]:
         s.ready(config)
     assert s.wanted(at)  # its neighbours are far slower, but too little has arrived yet
     s.ready(order[len(SPACE) // 2 - 1])
     assert not s.wanted(at)
-    alone = stream.Stream(SPACE, SPACE, space, {}, lambda c: times[c], skip=False)  # a group's rank
+    # A group's rank never skips.
+    alone = stream.Stream(SPACE, SPACE, space, {}, lambda c: times[c], skip=False, policy=PRESETS['default'])
     for config in order:
         alone.ready(config)
     assert alone.wanted(at)

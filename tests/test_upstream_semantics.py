@@ -33,7 +33,7 @@ from triton.runtime import autotuner as upstream_autotuner
 from triton.runtime.errors import InterpreterError, OutOfResources
 
 import triton_dist_plugin as tdp
-from triton_dist_plugin import _compat, settle
+from triton_dist_plugin import _compat, policy
 
 Autotuner = upstream_autotuner.Autotuner
 Config = triton.Config
@@ -267,7 +267,7 @@ ROUNDS = ("as-timed", "interleaved")
 def rounds_for(mode, rounds):
     with pytest.MonkeyPatch.context() as patch:
         if mode == OWN and rounds == "interleaved":
-            patch.setattr(settle, "TIE", 100.0)
+            patch.setitem(policy.PRESETS, "default", policy.replace(policy.PRESETS["default"], tie=100.0))
         yield
 
 

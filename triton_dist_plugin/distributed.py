@@ -23,7 +23,7 @@ import time
 from datetime import timedelta
 from typing import Any, Iterator, Optional
 
-from . import settings
+from . import policy, settings
 from .hookspecs import hookimpl
 
 TIMEOUT_ENV = "TRITON_DIST_AUTOTUNE_TIMEOUT"
@@ -231,7 +231,8 @@ def agree(group: Any, name: str, key: Any, candidates: list, cached_pick: Option
     """
     import torch.distributed as dist
 
-    checks = dict(sorted((checks or {}).items()))
+    # The effort steers every phase's counts and steps, hence the collectives each makes: part of every check.
+    checks = dict(sorted({**(checks or {}), "effort": policy.current().name}.items()))
     rows = all_gather_ints([digest(key), digest(candidates), -1 if cached_pick is None else cached_pick,
                             digest(checks)], group, f"agreeing on the tuning of {name}")
     ranks = dist.get_process_group_ranks(group) if hasattr(dist, "get_process_group_ranks") else list(range(len(rows)))
@@ -241,7 +242,8 @@ def agree(group: Any, name: str, key: Any, candidates: list, cached_pick: Option
             for rank, row in zip(ranks, rows):
                 groups.setdefault(row[column], []).append(rank)
             split = "; ".join(f"ranks {r}" for r in groups.values())
-            fix = ("set the same TRITON_DIST_AUTOTUNE_* settings (and check_accuracy=) on every rank" if column == 3
+            fix = ("set the same TRITON_DIST_AUTOTUNE_* settings (EFFORT among them, and check_accuracy=) on every "
+                   "rank" if column == 3
                    else "keep rank-dependent values out of key_fn and prune_fn")
             raise RankMismatch(f"{name}: ranks disagree on the {what} ({split}); this rank has {what} {mine!r}. "
                                f"Every rank must tune with the same key and checks and prune to the same candidates "

@@ -18,6 +18,8 @@ from typing import Any, Callable, Iterable, Optional
 from . import bus, distributed, settle
 from .compiling.stream import SKIPPED, Stream
 from .failures import NOT_SEARCHED, NoValidConfig, Timing, describe, let_through
+from .policy import Policy
+from .policy import current as current_policy
 from .requests import INF3, CandidateRequest, TuningRecord, TuningRequest
 from .search import model
 from .search.space import Space
@@ -69,55 +71,31 @@ def same_keys(timings: dict) -> Callable[[Any], dict]:
 
 @dataclass
 class Screen:
-    """A cheap first round for every candidate; only those near the best are measured fully."""
+    """A cheap first round for every candidate; only those near the best are measured fully. Every
+    number it goes by is its ``policy``'s (``policy.py``)."""
 
-    n_warmup: int = 1
-    n_repeat: int = 5
-    margin: float = 0.15  # keep candidates within 15% of the best first-round time...
-    keep_at_least: int = 3  # ...but never fewer than this many
-    min_candidates: int = 4  # fewer than this: measure them all fully (at most 3 full measurements)
-    fraction: float = 0.1  # ...nor more than this share of them (or keep_at_least)
-    second_repeat: int = 25  # with more survivors than ``final_count``, a second, longer round...
-    final_count: int = 2  # ...leaves this many for the full measurement...
-    final_most: int = 4  # ...or up to this many, those within ``settle.TIE`` of the last of them
-    # Candidates a round cannot tell from its best (within these, or the best's own spread) are
-    # ranked by the given order, not by the round's noise, so that processes and ranks keep the
-    # same ones; a screening keeps up to ``tied_most`` of them for the longer round to separate.
-    screen_tie: float = 0.03
-    second_tie: float = 0.02
-    tied_most: int = 12
-    # With settling to follow (``settle.py``: the close finalists are measured again, interleaved),
-    # the full measurement need not be the benchmarker's 25 + 100 ms: each finalist runs about
-    # ``full_ms`` worth of calls, counted from its earlier rounds (``full_runs``).
-    full_ms: float = 25.0
-    # ...and before the longer rounds, the device is kept busy for about ``warm_ms`` (the fastest
-    # screened, run untimed): it idled through the compiles at a low clock, and one that speeds up,
-    # or throttles, under load would otherwise favour whichever finalist ran first.
-    warm_ms: float = 25.0
-    # ...and the second round and the full measurement run in 2 and ``full_rounds`` interleaved
-    # rounds (forwards, then backwards), not one candidate after another: a clock that drifts
-    # under load, through a few tens of milliseconds of a large matmul, then weighs on all alike.
-    full_rounds: int = 4
+    policy: Policy = field(default_factory=current_policy)
     #: each candidate's place in the given order (``id`` -> position), set by ``run_candidates``
     order: dict = field(default_factory=dict)
 
     def full_runs(self, timings: dict, finalists: list) -> tuple[Optional[int], Optional[int]]:
         """``(n_warmup, n_repeat)`` for the finalists' full measurement: about ``full_ms`` of the
-        fastest of their earlier times (at least 10 runs, at most 1000); ``(None, None)`` (the
+        fastest of their earlier times (``full_runs_least`` to ``full_runs_most`` runs); ``(None, None)`` (the
         benchmarker's own budget) where none was timed yet."""
         fastest = _fastest(timings, finalists)
-        if fastest is None or not self.full_ms:
+        if fastest is None or not self.policy.full_ms:
             return None, None
-        runs = max(10, min(1000, round(self.full_ms / timings[fastest][0])))
+        p = self.policy
+        runs = max(p.full_runs_least, min(p.full_runs_most, round(p.full_ms / timings[fastest][0])))
         return max(5, runs // 4), runs
 
     def warm_up(self, calls: dict, timings: dict, finalists: list) -> None:
         """Run the fastest of ``finalists`` for about ``warm_ms`` (by its screening time), untimed."""
         fastest = _fastest(timings, finalists)  # timed, so it has a call
-        if fastest is None or not self.warm_ms:
+        if fastest is None or not self.policy.warm_ms:
             return
         try:
-            for _ in range(max(1, min(1000, round(self.warm_ms / timings[fastest][0])))):
+            for _ in range(max(1, min(1000, round(self.policy.warm_ms / timings[fastest][0])))):
                 calls[fastest]()
         except Exception:  # it ran before; if it fails now, its own timing says so
             pass
@@ -126,43 +104,47 @@ class Screen:
         """The ``final_count`` best of the second round (by its median), and those too close to them
         to leave out on a short round's evidence."""
         fastest = _ranked(timings)
-        stable, _ = self._stable(fastest, timings, self.second_tie, self.second_repeat)
+        p = self.policy
+        stable, _ = self._stable(fastest, timings, p.second_tie, p.second_repeat)
         # The first of those it cannot tell apart, in the given order, and the fastest by its times.
-        kept = list({id(r[2]): r for r in stable[: self.final_count] + fastest[: self.final_count]}.values())
+        kept = list({id(r[2]): r for r in stable[: p.final_count] + fastest[: p.final_count]}.values())
         if kept:
-            edge = max(t for t, _, _ in kept) * (1 + settle.TIE)
+            edge = max(t for t, _, _ in kept) * (1 + p.tie)
             kept += [r for r in fastest if r[0] <= edge and all(r[2] is not k[2] for k in kept)][
-                : max(0, self.final_most - len(kept))]
+                : max(0, p.final_most - len(kept))]
         return [c for _, _, c in kept]
 
     def survivors(self, timings: dict) -> list:
         valid = _ranked(timings)
         if not valid:
             return []
-        cap = max(self.keep_at_least, math.ceil(len(timings) * self.fraction))
+        p = self.policy
+        cap = max(p.keep_at_least, math.ceil(len(timings) * p.fraction))
         best = valid[0][0]
-        near = [c for t, _, c in valid if t <= best * (1 + self.margin)]
-        kept = near[:cap] if len(near) >= self.keep_at_least else [c for _, _, c in valid[: self.keep_at_least]]
+        near = [c for t, _, c in valid if t <= best * (1 + p.margin)]
+        kept = near[:cap] if len(near) >= p.keep_at_least else [c for _, _, c in valid[: p.keep_at_least]]
         # ...and the first in the given order of those the round cannot tell from its best, so that
         # every process keeps them whatever the noise did (the longer rounds separate them).
-        stable, tied = self._stable(valid, timings, self.screen_tie, self.n_repeat)
-        return list({id(c): c for c in kept + [c for _, _, c in stable[: min(tied, self.tied_most)]]}.values())
+        stable, tied = self._stable(valid, timings, p.screen_tie, p.screen_repeat)
+        return list({id(c): c for c in kept + [c for _, _, c in stable[: min(tied, p.tied_most)]]}.values())
 
     def band(self, timings: dict, tie: Optional[float] = None, runs: Optional[int] = None) -> float:
         """How far apart (relative) two of a round's medians may be by noise alone: ``tie``, or
-        about 2.6 of the round's typical spreads (p80 - p20) over the square root of its runs."""
-        floor = self.screen_tie if tie is None else tie
+        about ``noise_spreads`` of the round's typical spreads (p80 - p20) over the square root of its runs."""
+        p = self.policy
+        floor = p.screen_tie if tie is None else tie
         spreads = sorted(settle.spread(t) for t in timings.values() if math.isfinite(t[0]))
         if not spreads:
             return floor
-        noise = 2.6 * spreads[len(spreads) // 2] / math.sqrt(runs or self.n_repeat)
-        return max(floor, min(2 * settle.NOISE_CAP, noise))
+        noise = p.noise_spreads * spreads[len(spreads) // 2] / math.sqrt(runs or p.screen_repeat)
+        return max(floor, min(2 * p.noise_cap, noise))
 
     def leaders(self, timings: dict) -> list:
         """The screened candidates fastest first, those a screening cannot tell from the fastest
         first and in the given order (a search that climbs from its leaders then takes the same
         path in every process)."""
-        return [c for _, _, c in self._stable(_ranked(timings), timings, self.screen_tie, self.n_repeat)[0]]
+        p = self.policy
+        return [c for _, _, c in self._stable(_ranked(timings), timings, p.screen_tie, p.screen_repeat)[0]]
 
     def _stable(self, ranked: list, timings: dict, tie: float, runs: int) -> tuple[list, int]:
         """``ranked`` (``_ranked(timings)``: ``(median, position, config)``, fastest first), but those
@@ -368,7 +350,8 @@ def run_candidates(
     # ...in interleaved rounds where the timer runs the counts it is given (a CUDA graph's replays
     # do not) at little cost per call (a profiler session each would not).
     interleave = steady and method == "event"
-    if screen is not None and len(configs) >= screen.min_candidates:
+    policy = screen.policy if screen is not None else current_policy()
+    if screen is not None and len(configs) >= policy.min_candidates:
         screen.order = {id(c): i for i, c in enumerate(configs)}
         screened: dict = {}
         space = Space(configs, features)
@@ -377,7 +360,7 @@ def run_candidates(
 
         def time_early(config: Any) -> list:  # a candidate just compiled, screened by the stream
             set_up(config)
-            timing, reason = _time(request, config, calls, method, None, screen.n_warmup, screen.n_repeat,
+            timing, reason = _time(request, config, calls, method, None, policy.screen_warmup, policy.screen_repeat,
                                    on_candidate)
             if reason is not None:
                 failures[config] = reason
@@ -386,7 +369,7 @@ def run_candidates(
         def evaluate(subset: list) -> dict:
             done = {id(s) for s in screened}
             subset = [c for c in dict.fromkeys(subset) if id(c) not in done]
-            stream = Stream(subset, configs, space, screened, time_early, skip=alone)
+            stream = Stream(subset, configs, space, screened, time_early, skip=alone, policy=policy)
             left = ready_up(subset, stream)
             # Judged again once the whole step is in: one skipped on early evidence that now has a
             # promising neighbour is compiled after all.
@@ -402,8 +385,8 @@ def run_candidates(
                 if held and all(c is not pinned for c in subset):
                     ready_up([pinned])
                     subset.append(pinned)
-            first, failed = _round(request, subset, calls, method, None, screen.n_warmup, screen.n_repeat, group,
-                                   on_candidate, stream.timings)
+            first, failed = _round(request, subset, calls, method, None, policy.screen_warmup,
+                                   policy.screen_repeat, group, on_candidate, stream.timings)
             early[0] += len(stream.timings)
             hopeless[0] += len(skipped)
             screened.update(first)
@@ -423,22 +406,23 @@ def run_candidates(
             note += f" ({early[0]} as they compiled; {hopeless[0]} left uncompiled as hopeless)"
         if steady:
             screen.warm_up(calls, timings, finalists)
-        if len(finalists) > screen.final_count:
+        if len(finalists) > policy.final_count:
             started = time.perf_counter()
-            rounds = 2 if interleave else 1  # forwards, then backwards: what a drifting clock favours is undone
-            second, failed = _rounds(request, finalists, calls, method, None, screen.n_warmup, screen.second_repeat,
-                                     rounds, group, on_candidate)
+            # Forwards, then backwards: what a drifting clock favours is undone.
+            rounds = policy.second_rounds if interleave else 1
+            second, failed = _rounds(request, finalists, calls, method, None, policy.screen_warmup,
+                                     policy.second_repeat, rounds, group, on_candidate)
             timings.update(second)
             failures.update(failed)
-            runs = f"{screen.second_repeat} runs" if rounds == 1 else \
-                f"{_per_round(screen.second_repeat, rounds) * rounds} runs ({rounds} interleaved rounds)"
+            runs = f"{policy.second_repeat} runs" if rounds == 1 else \
+                f"{_per_round(policy.second_repeat, rounds) * rounds} runs ({rounds} interleaved rounds)"
             note += f", then the best {len(finalists)} for {runs} in {time.perf_counter() - started:.2f}s"
             finalists = screen.narrow(second) or finalists
         request.notes.append(f"{note}; measuring the best {len(finalists)} fully")
     ready_up(finalists)
     started = time.perf_counter()
     full = screen.full_runs(timings, finalists) if steady else (n_warmup, n_repeat)
-    rounds = screen.full_rounds if interleave and full[1] is not None and len(finalists) > 1 else 1
+    rounds = policy.full_rounds if interleave and full[1] is not None and len(finalists) > 1 else 1
     final, failed = _rounds(request, finalists, calls, method, do_bench, *full, rounds, group, on_candidate)
     if finalists is not configs:
         runs = "" if full == (n_warmup, n_repeat) or method == "cudagraph" else \
@@ -469,12 +453,12 @@ def run_candidates(
         raise original.with_traceback(None)
     best, decision = min(valid, key=valid.get), None
     if settled and len(valid) > 1 and do_bench is None:  # a kernel's own do_bench decides as upstream
-        counts = (1, 3) if method == "wall" else (3, screen.second_repeat if screen is not None else 25)
+        counts = policy.wall_settle if method == "wall" else (policy.settle_warmup, policy.second_repeat)
 
         def measure(subset: list) -> dict:
             return _round(request, subset, calls, method, None, *counts, group, None)[0]
 
-        best, decision = settle.settle(valid, configs, measure)
+        best, decision = settle.settle(valid, configs, measure, policy)
         request.notes.append(settle.describe(decision))
     return Outcome(best=best, timings=timings, failures=failures, bench_time=time.perf_counter() - start,
                    measured=[c for c in finalists if c in calls], decision=decision)

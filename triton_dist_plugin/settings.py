@@ -141,7 +141,12 @@ SETTINGS: tuple[Setting, ...] = (
             "and halves the survivors through longer rounds; `optuna`: optuna's TPE sampler proposes them "
             "(`pip install optuna`); `exhaustive`: no screening, every candidate measured fully",
             _choice("halving", "halving", "optuna", "exhaustive"), "halving, optuna, exhaustive"),
-    Setting("TRITON_DIST_AUTOTUNE_SEARCH_WHOLE", "count", "`128`",
+    Setting("TRITON_DIST_AUTOTUNE_EFFORT", "choice", "`default`",
+            "how much a tuning measures (see search.md): `quick` screens fewer candidates for fewer runs and settles "
+            "a tie in fewer rounds (a shorter first call, a pick more exposed to noise); `full` screens more, for "
+            "longer (for tables tuned ahead of time); every number each preset sets is in `policy.py`",
+            _choice("default", "quick", "default", "full"), "quick, default, full"),
+    Setting("TRITON_DIST_AUTOTUNE_SEARCH_WHOLE", "count", "the effort's (`128`; `full`: `256`)",
             "spaces of up to this many candidates are screened whole (compiled up front) when no tuned key "
             "of the kernel is near; larger ones are searched, compiling on demand", _count,
             "a whole number >= 0, such as 128"),

@@ -3,16 +3,17 @@
 Two configs a fraction of a percent apart swap places from one run to the next: the last digit of
 a noisy median decides, and a process (or a rank) that picks the other one gets another tile order,
 hence other roundings, for no speed gained. So after the full measurement, the finalists within the
-noise of the best (``TIE``, or their own spread where that is wider) are measured again, in rounds
+noise of the best (``Policy.tie``, or their own spread where that is wider) are measured again, in rounds
 that alternate their order (so that clocks and caches drifting during tuning favour none), and
-compared by their medians over the rounds: ``ROUNDS`` of them, or only ``ROUNDS_LEAST`` where
-those already leave no other pick possible. Those still within ``TIE`` of the fastest (or within
+compared by their medians over the rounds: ``settle_rounds`` of them, or only ``settle_rounds_least``
+where those already leave no other pick possible. Those still within ``tie`` of the fastest (or within
 three standard errors of those medians, where the rounds vary more) are a tie,
 and the tie goes to the first of them in the given order: the same in every process and on every
 rank, whatever the noise did.
 
-A pick is never slower than the fastest over the rounds by more than that band (``TIE`` where the
-rounds agree, ``TIE_MOST`` at most); what is recorded with it (``decision``) says by how much it
+A pick is never slower than the fastest over the rounds by more than that band (``tie`` where the
+rounds agree, ``tie_most`` at most; each number is the tuning's ``policy.Policy``); what is recorded
+with it (``decision``) says by how much it
 won, how noisy the measurements were, how many rounds it took, and how often the pick came out
 within the tie of every other. The earlier rounds (``engine.Screen``) let the given order decide
 among the candidates they cannot tell apart, too, so that the same ones reach this point.
@@ -24,12 +25,7 @@ import math
 import statistics
 from typing import Any, Callable
 
-TIE = 0.01  # finalists within 1% of the fastest are too close to call
-NOISE_CAP = 0.05  # ...or within their own spread, up to 5%, are measured again...
-TIE_MOST = 0.02  # ...and a tie after those rounds is never wider than this, whatever their noise
-ROUNDS = 6  # interleaved rounds to separate them...
-ROUNDS_LEAST = 3  # ...or this many, once no more could change the pick (``_decided``)
-UNKNOWN_NOISE = 0.02  # the noise assumed of a timer that gives no spread
+from .policy import Policy
 
 
 def spread(timing: list) -> float:
@@ -38,7 +34,7 @@ def spread(timing: list) -> float:
     return (p80 - p20) / p50 if p50 and math.isfinite(p50) and p80 >= p20 else 0.0
 
 
-def settle(valid: dict, order: list, measure: Callable[[list], dict]) -> tuple[Any, dict]:
+def settle(valid: dict, order: list, measure: Callable[[list], dict], policy: Policy) -> tuple[Any, dict]:
     """The pick among ``valid`` (``{config: [p50, p20, p80]}``, the finalists that ran) and its
     ``decision``. ``order``: every candidate in the given order; ``measure(configs)`` times
     those configs once each, in that order (reduced over the group: the same on every rank)."""
@@ -46,20 +42,20 @@ def settle(valid: dict, order: list, measure: Callable[[list], dict]) -> tuple[A
     best = valid[fastest][0]
     spreads = [spread(t) for t in valid.values()]
     # A timer that answers one number says nothing of its noise: assume some.
-    noise = min(NOISE_CAP, max(spreads)) if any(spreads) else UNKNOWN_NOISE
-    close = [c for c in order if c in valid and valid[c][0] <= best * (1 + max(TIE, noise))]
+    noise = min(policy.noise_cap, max(spreads)) if any(spreads) else policy.unknown_noise
+    close = [c for c in order if c in valid and valid[c][0] <= best * (1 + max(policy.tie, noise))]
     if len(close) < 2:
         others = [t[0] for c, t in valid.items() if c is not fastest]
         margin = min(others) / best - 1 if others else math.inf
         return fastest, _decision(margin, noise, 0, 1.0, False)
     rounds: list = []
-    for i in range(ROUNDS):
+    for i in range(policy.settle_rounds):
         timed = measure(close[i % len(close):] + close[: i % len(close)])  # each starts a round in turn
         rounds.append({id(c): timed[c][0] for c in close})
-        verdict = _verdict(close, rounds)
+        verdict = _verdict(close, rounds, policy)
         if verdict is None:  # they stopped working (another rank failed them, say): the full measurement stands
             return fastest, _decision(math.inf, noise, len(rounds), 0.0, False)
-        if len(rounds) >= ROUNDS_LEAST and _decided(close, rounds, *verdict[:3]):
+        if len(rounds) >= policy.settle_rounds_least and _decided(close, rounds, *verdict[:3]):
             break
     pick, medians, band, tied = verdict
     rivals = [medians[id(c)] for c in close if c is not pick and id(c) in medians]
@@ -68,7 +64,7 @@ def settle(valid: dict, order: list, measure: Callable[[list], dict]) -> tuple[A
     return pick, _decision(margin, noise, len(rounds), won / len(rounds), len(tied) > 1)
 
 
-def _verdict(close: list, rounds: list):
+def _verdict(close: list, rounds: list, policy: Policy):
     """``(pick, medians, band, tied)`` over the rounds so far (``medians``: ``id`` -> median over
     the rounds, of those that ran), or None when none ran."""
     medians = {id(c): statistics.median(r[id(c)] for r in rounds) for c in close}
@@ -77,10 +73,10 @@ def _verdict(close: list, rounds: list):
         return None
     medians = {id(c): medians[id(c)] for c in ran}
     top = min(medians.values())
-    # Too close to call: within TIE, or within three standard errors of the rounds' medians (the
+    # Too close to call: within the tie, or within three standard errors of the rounds' medians (the
     # difference of two such medians varies by about 1.4 of them).
     errors = sorted(_relative_error([r[id(c)] for r in rounds]) for c in ran)
-    band = min(TIE_MOST, max(TIE, 3 * errors[len(errors) // 2]))
+    band = min(policy.tie_most, max(policy.tie, 3 * errors[len(errors) // 2]))
     tied = [c for c in ran if medians[id(c)] <= top * (1 + band)]
     return tied[0], medians, band, tied  # the first in the given order: a stable rule, not the noise's choice
 

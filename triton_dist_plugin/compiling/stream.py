@@ -8,7 +8,7 @@ almost when its last compile lands.
 Before a worker starts a candidate it asks whether the candidate is still wanted. Once half of
 the step has arrived, a candidate is left uncompiled when at least two of its neighbours on the
 grid (one parameter, one step away: ``space.py``) have been screened and every one of those is
-``HOPELESS`` times slower than the best screened so far. That is the smoothness the search
+``Policy.hopeless`` times slower than the best screened so far. That is the smoothness the search
 itself relies on when it never compiles candidates far from its leaders. It is safe because:
 
 - a compile already running is never interrupted (the worker checks only before it starts), so
@@ -29,10 +29,9 @@ import threading
 from typing import Any, Callable, Optional
 
 from .. import failures
+from ..policy import Policy
 from ..search.space import Space
 
-HOPELESS = 1.3  # every screened neighbour at least this much slower than the best: not compiled
-EVIDENCE = 0.5  # ...and only once this share of the step has arrived
 SKIPPED = failures.NOT_COMPILED
 
 
@@ -41,12 +40,12 @@ class Stream:
     not yet compiled is still worth compiling."""
 
     def __init__(self, subset: list, configs: list, space: Space, screened: dict,
-                 time: Callable[[Any], list], skip: bool):
+                 time: Callable[[Any], list], skip: bool, policy: Policy):
         self.owner = threading.get_ident()
         self.size = len(subset)
         self.configs, self.space, self.screened = configs, space, screened
         self.position = {id(c): i for i, c in enumerate(configs)}
-        self.time, self.skip = time, skip
+        self.time, self.skip, self.policy = time, skip, policy
         self.timings: dict = {}  # screened here, as they arrived
 
     def ready(self, config: Any) -> None:
@@ -56,11 +55,11 @@ class Stream:
             self.timings[config] = self.time(config)
 
     def wanted(self, config: Any) -> bool:
-        if not self.skip or len(self.timings) < EVIDENCE * self.size or id(config) not in self.position:
+        if not self.skip or len(self.timings) < self.policy.evidence * self.size or id(config) not in self.position:
             return True
         best = self._best()
         near = [t for t in map(self._time_of, self.space.neighbours(self.position[id(config)])) if t is not None]
-        return best is None or len(near) < 2 or min(near) < HOPELESS * best
+        return best is None or len(near) < 2 or min(near) < self.policy.hopeless * best
 
     def _time_of(self, j: int) -> Optional[float]:
         config = self.configs[j]

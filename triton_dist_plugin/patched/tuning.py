@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .. import _compat, distributed, engine, failures, settings, timing, untuned
+from .. import _compat, distributed, engine, failures, policy, settings, timing, untuned
 from ..compiling.precompile import never_timed
 from ..isolation import isolate, isolate_source
 from ..reporting import report
@@ -217,7 +217,7 @@ def warm_start(state: KernelState, store: Any, key: tuple, configs: list, group:
     where it was small enough to be kept (``configs=[]`` generates per shape: nothing is known of
     the others); ``(None, None, [])`` when no tuned key is near
     (``untuned.nearest``: same non-numeric parts, closest shapes; and within
-    ``search.WARM_DISTANCE``: shapes at most 16 times apart in all), or with
+    ``Policy.warm_distance``: shapes at most 16 times apart in all), or with
     ``TRITON_DIST_AUTOTUNE_WARM_START=0``. Under a group every rank takes the group's rank 0's
     (the rank that writes the picks to disk, so the one that holds them)."""
     prior = near = None
@@ -227,7 +227,7 @@ def warm_start(state: KernelState, store: Any, key: tuple, configs: list, group:
         tuned = {**({stored[0]: stored[1]} if stored is not None else {}), **state.rankings}
         tuned.pop(key, None)
         near = untuned.nearest(list(tuned), key)
-        if near is not None and untuned.distance(near, key) <= search.WARM_DISTANCE:
+        if near is not None and untuned.distance(near, key) <= policy.current().warm_distance:
             by_name = {describe.describe(c): c for c in configs}
             ranking, held = tuned[near]
             prior = [by_name[d] for d in ranking if d in by_name] or None

@@ -2,22 +2,23 @@
 (``request.ranking``: ``tdp_rank_candidates``, ``model.py``): compile the model's best few, climb
 from what measured best, and fall back to the model-free search whenever the model is not borne out.
 
-1. **Kept**: the model's best (predicted within ``BAND`` of its best), at least ``KEEP_MIN`` and at
-   most ``KEEP`` of the space (``KEEP_MAX`` of a large one), are compiled and screened in one wave.
-2. **Borne out?** ``PROBES`` candidates from across the rest of the ranking are screened in the
+1. **Kept**: the model's best (predicted within ``band`` of its best), at least ``keep_min`` and at
+   most ``keep`` of the space (``keep_max`` of a large one), are compiled and screened in one wave.
+2. **Borne out?** ``probes`` candidates from across the rest of the ranking are screened in the
    same wave. No probe may beat the best of those kept, and those kept must be faster than the
    probes at the median, by more than the screening's noise (without probes, the rank correlation
-   of the predicted and screened times must reach ``RHO_MIN``); else the model is no guide for this
+   of the predicted and screened times must reach ``rho_min``); else the model is no guide for this
    kernel and the search goes on without it (a small space is screened whole). If none of those
    kept worked, the next ranked batch is compiled, until one does.
-3. **Climb**: the neighbours (one parameter one step away, ``space.py``) of the best ``LEADERS``
-   screened, but those the model predicts slower than ``1 + CLIMB_BAND`` times its prediction for
+3. **Climb**: the neighbours (one parameter one step away, ``space.py``) of the best ``guided_leaders``
+   screened, but those the model predicts slower than ``1 + climb_band`` times its prediction for
    the best screened (spills) or not to run, are compiled and screened, again and again, until no
    leader has a neighbour left: a model that misjudges a parameter's best value is corrected
    here, one step at a time.
 
 What is recorded (``request.model``): ``kept``, ``screened``, ``of``, ``rho``, ``trusted``, and
 ``recall``: whether the best screened was among those kept (a miss means the climb found it).
+Every number named here is the tuning's ``policy.Policy`` (the engine's ``Screen`` holds it).
 """
 
 from __future__ import annotations
@@ -26,15 +27,6 @@ import math
 from typing import Any, Callable, Optional
 
 from .space import Space
-
-KEEP = 0.25  # the first step compiles at most this share of a space...
-KEEP_MIN = 6  # ...but at least this many...
-KEEP_MAX = 64  # ...and at most this many of a large one
-BAND = 0.5  # ...and fewer where only some are predicted within 1.5x of the best
-RHO_MIN = 0.3  # rank correlation between predicted and screened times below which the model is ignored
-LEADERS = 2  # the climb expands the neighbours of this many of the best screened
-CLIMB_BAND = 2.0  # the climb skips neighbours predicted over 3x slower than the best measured (spills)
-PROBES = 4  # candidates from across the rest of the ranking, screened beside those kept to judge the model
 
 
 def usable(ranking: Any, candidates: list) -> bool:
@@ -48,12 +40,12 @@ def guided(request: Any, candidates: list, evaluate: Callable[[list], dict], spa
     ``trusted`` False the caller goes on with its own search from what was screened. ``screen``
     (the engine's ``Screen``) orders the leaders the climb starts from and tells the screening's
     noise."""
-    scores = request.ranking
+    scores, p = request.ranking, screen.policy
     position = {id(c): i for i, c in enumerate(candidates)}
     order = sorted((i for i, s in enumerate(scores) if math.isfinite(s)), key=lambda i: (scores[i], i))
     best = scores[order[0]]
-    within = sum(scores[i] <= best * (1 + BAND) for i in order)
-    keep = min(max(within, KEEP_MIN), max(KEEP_MIN, math.ceil(KEEP * len(candidates))), KEEP_MAX, cap)
+    within = sum(scores[i] <= best * (1 + p.band) for i in order)
+    keep = min(max(within, p.keep_min), max(p.keep_min, math.ceil(p.keep * len(candidates))), p.keep_max, cap)
     screened: dict = {}
 
     def step(subset: list) -> None:
@@ -65,7 +57,7 @@ def guided(request: Any, candidates: list, evaluate: Callable[[list], dict], spa
     # Probes: a few from across the rest of the ranking, compiled in the same wave, so that the model
     # is judged on the whole range it predicts (the best few are often too close to rank).
     # Not the very end: the worst-ranked are those predicted to spill, and compile for many seconds.
-    probes = [candidates[rest[len(rest) * (j + 1) // (PROBES + 1)]] for j in range(PROBES)] if rest else []
+    probes = [candidates[rest[len(rest) * (j + 1) // (p.probes + 1)]] for j in range(p.probes)] if rest else []
     probes = list({id(c): c for c in probes}.values())
     step([candidates[i] for i in order[:keep]] + probes)
     at = keep
@@ -77,12 +69,12 @@ def guided(request: Any, candidates: list, evaluate: Callable[[list], dict], spa
     rho = _spearman([scores[position[id(c)]] for c in screened], [t[0] for t in screened.values()])
     tolerance = screen.band(screened, tie=0.0)
     trusted = _borne_out([t[0] for c, t in screened.items() if id(c) in kept],
-                         [t[0] for c, t in screened.items() if id(c) in probed], rho, tolerance)
+                         [t[0] for c, t in screened.items() if id(c) in probed], rho, tolerance, p.rho_min)
     if trusted:
         while len(screened) < cap:
-            leaders = screen.leaders(screened)[:LEADERS]
+            leaders = screen.leaders(screened)[:p.guided_leaders]
             # Not where the model, borne out so far, predicts far worse than the best measured.
-            bound = scores[position[id(leaders[0])]] * (1 + CLIMB_BAND) if leaders else math.inf
+            bound = scores[position[id(leaders[0])]] * (1 + p.climb_band) if leaders else math.inf
             frontier = [candidates[j] for c in leaders for j in space.neighbours(position[id(c)])
                         if candidates[j] not in screened and scores[j] <= bound]
             if not frontier:
@@ -96,7 +88,7 @@ def guided(request: Any, candidates: list, evaluate: Callable[[list], dict], spa
     return screened, trusted
 
 
-def _borne_out(kept: list, probes: list, rho: Optional[float], tolerance: float = 0.0) -> bool:
+def _borne_out(kept: list, probes: list, rho: Optional[float], tolerance: float, rho_min: float) -> bool:
     """The model's best few are faster than the rest it was probed on: no probe beats the best of
     those kept, and the kept are faster at the median, by more than ``tolerance`` (the screening's
     noise: the verdict must not flip with it). Among the best few alone, times are often too close
@@ -107,7 +99,7 @@ def _borne_out(kept: list, probes: list, rho: Optional[float], tolerance: float 
     if not kept:
         return False
     if not probes:
-        return rho is not None and rho >= RHO_MIN
+        return rho is not None and rho >= rho_min
     slack = 1 + tolerance
     return kept[0] <= probes[0] * slack and kept[len(kept) // 2] <= probes[len(probes) // 2] * slack
 

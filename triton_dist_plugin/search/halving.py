@@ -6,8 +6,8 @@ of ``guided.py``; what follows is what it falls back to when the model is not bo
 
 A space of at most ``TRITON_DIST_AUTOTUNE_SEARCH_WHOLE`` candidates with no tuned key nearby is
 screened whole, its candidates compiled up front in parallel. A larger one is never compiled
-whole: a seeded sample (96) is screened, then the neighbours of the best four (one parameter one
-step away), batch after batch, until the best four have all been expanded (or
+whole: a seeded sample (``Policy.sample``) is screened, then the neighbours of the best ``leaders``
+(one parameter one step away), batch after batch, until those have all been expanded (or
 ``TRITON_DIST_AUTOTUNE_SEARCH_BUDGET`` is spent). A candidate far from every leader is never
 compiled: that is how hopeless shapes are left out. A neighbour that failed (out of resources,
 say) is stepped across: its own neighbours join the frontier. At a local best it screens one
@@ -27,6 +27,8 @@ import zlib
 from typing import Any, Callable
 
 from .. import settings
+from ..policy import Policy
+from ..policy import current as current_policy
 from . import guided
 from .space import Space
 
@@ -34,18 +36,12 @@ SEARCH_ENV = "TRITON_DIST_AUTOTUNE_SEARCH"
 WHOLE_ENV = "TRITON_DIST_AUTOTUNE_SEARCH_WHOLE"
 BUDGET_ENV = "TRITON_DIST_AUTOTUNE_SEARCH_BUDGET"
 WARM_ENV = "TRITON_DIST_AUTOTUNE_WARM_START"
-WHOLE = 128
-BATCH = 32  # candidates readied per step: two waves of compiles on 16 cores; a constant, like every rank's path
-SAMPLE = 96  # a cold search over a large space starts from this many candidates
-LEADERS = 4  # ...and expands the neighbours of its best this many
-WARM_FIRST = 8  # a warm start screens this many of the prior's best first, and its pick's neighbours
-WARM_DISTANCE = math.log(16)  # a warm start only from a key whose numbers are within 16x of this one's, in all
-GAIN = 0.01  # optuna: a batch that improves the best by less than this counts as no gain
 
 
-def whole_limit() -> int:
+def whole_limit(policy: Policy = None) -> int:
+    """Spaces up to this many are screened whole: ``TRITON_DIST_AUTOTUNE_SEARCH_WHOLE``, else the policy's."""
     value = settings.value(WHOLE_ENV)
-    return WHOLE if value is None else value
+    return (policy or current_policy()).whole if value is None else value
 
 
 def budget(n: int) -> int:
@@ -66,15 +62,16 @@ def ranked(timings: dict) -> list:
 
 def halving(request: Any, candidates: list, evaluate: Callable[[list], dict], space: Space, screen: Any) -> list:
     """The built-in ``halving`` strategy (see the module's docstring)."""
+    policy = screen.policy
     given = {id(c) for c in candidates}
     prior = [c for c in (getattr(request, "prior", None) or []) if id(c) in given]
     cap = budget(len(candidates))
     screened: dict = {}
     if not prior and guided.usable(getattr(request, "ranking", None), candidates):
-        screened, trusted = guided.guided(request, candidates, evaluate, space, cap, BATCH, screen)
+        screened, trusted = guided.guided(request, candidates, evaluate, space, cap, policy.batch, screen)
         if trusted or len(screened) >= cap:
             return screen.survivors(screened)
-    if not prior and len(candidates) <= whole_limit():
+    if not prior and len(candidates) <= whole_limit(policy):
         screened.update(evaluate(candidates))
         return screen.survivors(screened)
     position = {id(c): i for i, c in enumerate(candidates)}
@@ -101,13 +98,13 @@ def halving(request: Any, candidates: list, evaluate: Callable[[list], dict], sp
 
     def sample() -> list:
         rest = [c for c in candidates if c not in screened]
-        return rng.sample(rest, min(SAMPLE, len(rest)))
+        return rng.sample(rest, min(policy.sample, len(rest)))
 
     # A warm start screens the nearest key's best, the neighbours of its pick and what that key
     # never had (``request.prior_unseen``) in one step (one wave of compiles); a cold one a
     # seeded sample, large enough to land near the good region.
     unseen = [c for c in getattr(request, "prior_unseen", None) or [] if id(c) in given]
-    step(prior[:WARM_FIRST] + around(prior[:1]) + unseen if prior else sample())
+    step(prior[:policy.warm_first] + around(prior[:1]) + unseen if prior else sample())
     restarted = False
     while len(screened) < cap:
         order = ranked(screened)
@@ -117,15 +114,15 @@ def halving(request: Any, candidates: list, evaluate: Callable[[list], dict], sp
             step(sample())
             continue
         # Warm: climb from the best while it moves; cold: expand the best few until all are.
-        frontier = around(order[: 1 if prior else LEADERS])
+        frontier = around(order[: 1 if prior else policy.leaders])
         if frontier:
-            step(frontier[:BATCH])
+            step(frontier[:policy.batch])
             continue
         if prior or restarted or len(screened) == len(candidates):
             break
         restarted = True  # cold, at a local best: one more sample, climbing on if it finds better
         best = screened[order[0]][0]
-        step(sample()[:BATCH])
+        step(sample()[:policy.batch])
         if screened[ranked(screened)[0]][0] >= best:
             break
     request.notes.append(f"searched {len(screened)} of {len(candidates)} candidates"

@@ -21,7 +21,6 @@ from ..hookspecs import hookimpl
 from .halving import (
     BUDGET_ENV,
     SEARCH_ENV,
-    WARM_DISTANCE,
     WARM_ENV,
     WHOLE_ENV,
     budget,
@@ -32,7 +31,7 @@ from .halving import (
 )
 from .space import Space, features_of
 
-__all__ = ["BUDGET_ENV", "SEARCH_ENV", "WARM_DISTANCE", "WARM_ENV", "WHOLE_ENV", "BuiltinSearch", "Space", "budget",
+__all__ = ["BUDGET_ENV", "SEARCH_ENV", "WARM_ENV", "WHOLE_ENV", "BuiltinSearch", "Space", "budget",
            "features_of", "halving", "ranked", "seed", "whole_limit"]
 
 

@@ -8,8 +8,8 @@ the worst time seen so far: TPE leaves failed trials out of its model, and kept 
 the region that fails (a failed trial only while nothing has worked yet). The sampler is seeded from the
 kernel and key and told only reduced timings, so every rank of a group proposes the same
 batches. A warm start's best candidates (and those its key never had) are enqueued first. The search ends after
-``PATIENCE`` batches without a gain of 1%, when every candidate was screened, or at
-``TRITON_DIST_AUTOTUNE_SEARCH_BUDGET`` candidates (without one: eight batches, 256 candidates;
+``Policy.patience`` batches without a gain of ``Policy.gain``, when every candidate was screened, or at
+``TRITON_DIST_AUTOTUNE_SEARCH_BUDGET`` candidates (without one: ``Policy.optuna_cap``, 256 by default;
 each batch waits for its slowest compile, so many batches cost more than their compiles).
 """
 
@@ -20,9 +20,6 @@ from typing import Any, Callable
 
 from . import halving as search
 from .space import Space
-
-PATIENCE = 3
-OPTUNA_CAP = 8 * 32  # without a budget: at most eight batches
 
 
 def search_space(space: Space) -> dict:
@@ -40,19 +37,20 @@ def tpe(request: Any, candidates: list, evaluate: Callable[[list], dict], space:
     from optuna.trial import TrialState
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    batch, cap = search.BATCH, min(len(candidates), search.settings.value(search.BUDGET_ENV) or OPTUNA_CAP)
+    policy = screen.policy
+    batch, cap = policy.batch, min(len(candidates), search.settings.value(search.BUDGET_ENV) or policy.optuna_cap)
     sampler = optuna.samplers.TPESampler(seed=search.seed(request), n_startup_trials=batch, multivariate=True,
                                          constant_liar=True)
     study = optuna.create_study(direction="minimize", sampler=sampler)
     distributions = search_space(space)
     position = {id(c): i for i, c in enumerate(candidates)}
-    prior = [c for c in (getattr(request, "prior", None) or []) if id(c) in position][: search.WARM_FIRST]
+    prior = [c for c in (getattr(request, "prior", None) or []) if id(c) in position][: policy.warm_first]
     unseen = [c for c in getattr(request, "prior_unseen", None) or [] if id(c) in position] if prior else []
     for c in prior + unseen:
         study.enqueue_trial(dict(zip(space.names, space.coords[position[id(c)]])))
     screened: dict = {}
     best, stale = math.inf, 0
-    while len(screened) < cap and stale < PATIENCE:
+    while len(screened) < cap and stale < policy.patience:
         trials, chosen = [], []
         while len(trials) < batch and len(screened) + len({id(c) for c in chosen}) < cap:
             trial = study.ask(distributions)
@@ -73,7 +71,7 @@ def tpe(request: Any, candidates: list, evaluate: Callable[[list], dict], space:
             else:
                 study.tell(trial, state=TrialState.FAIL)
         now = min((t[0] for t in screened.values()), default=math.inf)
-        stale = 0 if now < best * (1 - search.GAIN) else stale + 1
+        stale = 0 if now < best * (1 - policy.gain) else stale + 1
         best = min(best, now)
         if len(screened) == len(candidates):
             break

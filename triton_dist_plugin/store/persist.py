@@ -7,7 +7,7 @@ Triton's cache (``TRITON_CACHE_DIR``) resets them, as it does upstream's own ``c
 what upstream's disk cache keys on (Triton's hash, the backend's hash, the kernel's
 ``cache_key``, the environment variables that change compilation, the tuning key and every
 candidate) plus the hardware and what the plugin adds (its version, the timing method, the
-search, the accuracy check and isolation): a pick is never reused under a check it was not made
+search and its effort, the accuracy check and isolation): a pick is never reused under a check it was not made
 with, nor after an upgrade. Reads and writes go through the store hooks
 (``tdp_cache_get``/``tdp_cache_put``), whose records pass ``records.check`` first. The nearest
 stored key (warm starts, frozen mode's nearest key) is found in the directory's index
@@ -30,7 +30,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from .. import _compat, bus, settings
+from .. import _compat, bus, policy, settings
 from ..requests import CacheEntry
 from ..search import strategy as search
 from . import cache, describe, filestore, fingerprint, index, keys, manifest, records
@@ -46,8 +46,8 @@ def context(device: str, configs: list, method: str, accuracy: bool, isolated: b
     described = [f"{describe.describe(c)} | {c}" for c in configs]
     return {"triton": fingerprint.triton_hash(), "backend": fingerprint.backend_hash(device),
             "env": fingerprint.compile_env(), "plugin": describe.versions().get("triton-dist-plugin", "?"),
-            "method": method, "search": settings.value(search.SEARCH_ENV), "accuracy": bool(accuracy),
-            "isolated": bool(isolated),
+            "method": method, "search": settings.value(search.SEARCH_ENV), "effort": policy.current().name,
+            "accuracy": bool(accuracy), "isolated": bool(isolated),
             "configs": hashlib.sha256("\n".join(described).encode()).hexdigest()}
 
 
