@@ -476,7 +476,7 @@ def scenario_device_rounds(rank, world, group):
     from search_space import copy
 
     from triton_dist_plugin import engine
-    from triton_dist_plugin.requests import TuningRequest
+    from triton_dist_plugin.hook_objects import TuningRequest
 
     configs = [triton.Config({"BLOCK": b, "UNROLL": 1}, num_warps=w) for b in (32, 64, 128) for w in (1, 2)]
     base = [0.2, 0.1, 0.102, 0.2, 0.099, 0.2]  # ms: the full measurement runs 250 calls each

@@ -11,15 +11,15 @@ PACKAGE = Path(triton_dist_plugin.__file__).resolve().parent
 
 #: Lowest first; every part of the package is in exactly one.
 LAYERS = [
-    ("facts", {"_compat", "settings", "policy", "requests", "_callsite", "failures", "settle"}),
+    ("facts", {"_compat", "settings", "policy", "hook_objects", "requests", "_callsite", "failures", "settle"}),
     ("hooks", {"hookspecs"}),
     ("built-in plugins", {"timing", "distributed", "reporting", "tiling", "search"}),
     ("bus and stores", {"bus", "store"}),
-    ("engine", {"engine", "compiling", "untuned"}),
+    ("engine", {"engine", "compiling", "frozen", "untuned"}),
     ("isolation", {"isolation"}),
     ("the patched Autotuner", {"patched"}),
-    ("front ends", {"tune", "autotuner", "cli"}),
-    ("switch", {"patch"}),
+    ("front ends", {"function_level", "tune", "contextual", "autotuner", "cli"}),
+    ("switch", {"activation", "patch"}),
 ]
 
 
@@ -83,3 +83,46 @@ def test_no_import_cycles_below_the_package():
         if name not in done:
             visit(name, [name])
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def _module_names(tree: ast.AST) -> set:
+    """The names a module binds to the package's own modules (``from . import x``, ``from .p import m``)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            names.update(alias.asname or alias.name for alias in node.names)
+    return names
+
+
+def _calls_back_through_globals(path: Path) -> list:
+    """Where ``path`` puts an object (not a plain constant) into a global of another of the
+    package's modules: ``launch.handler = self`` or ``setattr(launch, "handler", self)``. The module
+    that reads that global then calls whatever was put there: an upward call no import shows."""
+    tree = ast.parse(path.read_text())
+    modules, found = _module_names(tree), []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            hits = [t for t in targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+                    and t.value.id in modules]
+            if hits and not isinstance(node.value, ast.Constant):
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
+                and node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in modules:
+            found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_part_calls_another_back_through_a_global_it_sets():
+    found = [hit for path in sorted(PACKAGE.rglob("*.py")) for hit in _calls_back_through_globals(path)]
+    assert not found, ("an object put into another module's global, for that module to call back: "
+                       "register it through that module's own API instead (e.g. launch.misses_to): " + "; ".join(found))
+
+
+def test_the_global_check_sees_a_call_back_up(tmp_path):
+    # The check itself, on the pattern it exists to refuse (the contextual session once did this).
+    bad = tmp_path / "front.py"
+    bad.write_text("from .patched import kernel_state\n\ndef run(session):\n    kernel_state.session = session\n"
+                   "    setattr(kernel_state, 'session', session)\n    kernel_state.active = True\n")
+    found = _calls_back_through_globals(bad)
+    assert len(found) == 2 and all("session" in f for f in found), found

@@ -26,7 +26,7 @@ from helpers import DEVICE, ROOT, Recorder, install_example, run_python
 import triton_dist_plugin as tdp
 from kernels import KERNELS
 from triton_dist_plugin import PluginError, hookimpl
-from triton_dist_plugin.requests import CacheEntry
+from triton_dist_plugin.hook_objects import CacheEntry
 from triton_dist_plugin.tune import autotune
 
 ADD, SCALE = KERNELS["add"], KERNELS["scale"]

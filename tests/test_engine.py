@@ -290,9 +290,9 @@ def test_a_compile_errors_reason_keeps_its_message():
 
     node = ast.parse("tl.static_assert(False)").body[0]
     exc = CompileTimeAssertionFailure("def k(BLOCK):\n    tl.static_assert(False)", node, "BLOCK must be a power of 2")
-    assert failures.describe(exc) == "CompileTimeAssertionFailure: at 1:0: BLOCK must be a power of 2"
-    assert failures.describe(exc).exc is exc
-    assert failures.describe(ValueError("first line\nsecond")) == "ValueError: first line"
+    assert failures.reason_of(exc) == "CompileTimeAssertionFailure: at 1:0: BLOCK must be a power of 2"
+    assert failures.reason_of(exc).exc is exc
+    assert failures.reason_of(ValueError("first line\nsecond")) == "ValueError: first line"
 
 
 def test_screening_stands_in_only_for_tritons_own_event_timer(monkeypatch):

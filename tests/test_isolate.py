@@ -302,7 +302,7 @@ def kern(x, out, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
     check = ("import kern\nfrom triton_dist_plugin.isolation import isolate_source, isolate_worker\n"
              "found, layers = isolate_source.locate(kern.kern)\n"
              "assert 'source' not in found and [type(h).__name__ for h in layers] == ['Heuristics']\n"  # imported
-             "built = isolate_worker.rebuild(isolate_source.describe(kern.kern.fn))\n"
+             "built = isolate_worker.rebuild(isolate_source.source_of(kern.kern.fn))\n"
              "assert type(built).__name__ == 'JITFunction' and built is not kern.kern.fn\n"
              "assert built.cache_key == kern.kern.fn.cache_key, (built.src, kern.kern.fn.src)\n"
              "assert built.params[2].do_not_specialize and not built.params[0].do_not_specialize\n"

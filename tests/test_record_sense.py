@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_trust_records import CONFIGS, copy_or_nan  # noqa: E402 - the kernel whose second config writes NaN
 
-from triton_dist_plugin import untuned
+from triton_dist_plugin import frozen
 from triton_dist_plugin.cli import commands as cli
 from triton_dist_plugin.store import describe, keys, manifest, persist, records
 
@@ -240,7 +240,7 @@ def test_a_stored_key_with_a_huge_number_never_breaks_a_new_keys_launch(tmp_path
         (path.parent / f"{name}.json").write_text(json.dumps({**good, "key": key}))
     x, out = launch(triton.autotune(configs=CONFIGS[::2], key=["n"])(copy_or_nan), 900)  # raised OverflowError
     torch.testing.assert_close(out, x)
-    monkeypatch.setenv(untuned.FROZEN_ENV, "nearest")
+    monkeypatch.setenv(frozen.FROZEN_ENV, "nearest")
     with pytest.warns(RuntimeWarning, match=r"nearest tuned key \(900, "):
         x, out = launch(triton.autotune(configs=CONFIGS[::2], key=["n"])(copy_or_nan), 800)
     torch.testing.assert_close(out, x)
@@ -284,14 +284,14 @@ def test_the_boundary_takes_or_refuses_any_key_and_distances_never_fail(stored, 
     other = keys.parse(_text_of(live))
     twin = tuple(data.draw(ANY_NUMBER) if keys._number(v) else v for v in parsed) if parsed is not None else live
     for a, b in ((parsed, live), (live, parsed), (parsed, other), (parsed, parsed), (parsed, twin), (twin, parsed)):
-        d = untuned.distance(a, b)
+        d = keys.distance(a, b)
         assert d == d and d >= 0, (a, b, d)
     if parsed is not None:
-        assert untuned.distance(parsed, parsed) == 0.0
+        assert keys.distance(parsed, parsed) == 0.0
         if other is not None:
-            d = untuned.distance(parsed, other)
+            d = keys.distance(parsed, other)
             assert (d < math.inf) == (keys.signature(parsed) == keys.signature(other)), (parsed, other, d)
-    untuned.nearest([parsed, other, live, twin], twin)  # never raises
+    keys.nearest([parsed, other, live, twin], twin)  # never raises
 
 
 def test_distances_of_any_value_never_raise_and_are_never_nan():
@@ -300,11 +300,11 @@ def test_distances_of_any_value_never_raise_and_are_never_nan():
            (2 ** 64, "torch.float16"), (5,), (5.0,), 5, None, "(1,)"]
     for a in odd:
         for b in odd:
-            d = untuned.distance(a, b)
+            d = keys.distance(a, b)
             assert d == d and d >= 0, (a, b)
-    assert untuned.distance((10 ** 400,), (10 ** 400 + 1,)) < 1e-300  # huge, but comparable
-    assert untuned.distance((nan,), (nan,)) == math.inf and untuned.distance((inf,), (5,)) == math.inf
-    assert untuned.nearest([(10 ** 400,), (4,)], (5,)) == (4,)
+    assert keys.distance((10 ** 400,), (10 ** 400 + 1,)) < 1e-300  # huge, but comparable
+    assert keys.distance((nan,), (nan,)) == math.inf and keys.distance((inf,), (5,)) == math.inf
+    assert keys.nearest([(10 ** 400,), (4,)], (5,)) == (4,)
 
 
 @pytest.mark.parametrize("pick_ms, other_ms", [(0.0, 1.0), (5e-324, 1.7e308), (1.7e308, 1.75e308), (0.0, 0.0),

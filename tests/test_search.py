@@ -188,7 +188,7 @@ def test_ranks_whose_models_disagree_follow_rank_0s_ranking(tmp_path):
 
 
 def test_a_warm_start_comes_only_from_a_near_key_with_the_same_dtypes():
-    """Near: the same non-numeric parts, and numbers at most 16 times apart in all (``untuned.distance``)."""
+    """Near: the same non-numeric parts, and numbers at most 16 times apart in all (``store.keys.distance``)."""
     from triton_dist_plugin.patched import tuning
     from triton_dist_plugin.store import describe
 

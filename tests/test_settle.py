@@ -12,8 +12,8 @@ from helpers import DEVICE
 from search_space import SPACE, copy
 
 from triton_dist_plugin import engine, hookimpl, unregister
+from triton_dist_plugin.hook_objects import TuningRequest
 from triton_dist_plugin.policy import PRESETS
-from triton_dist_plugin.requests import TuningRequest
 
 DEFAULT = PRESETS["default"]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from triton_dist_plugin import untuned
+from triton_dist_plugin import frozen
 from triton_dist_plugin.cli import commands as cli
 from triton_dist_plugin.store import cache, filestore
 
@@ -102,11 +102,11 @@ def test_the_log_beside_an_entry_is_never_appended_through_a_plant(root, victim,
 
 
 def test_a_planted_misses_log_link_is_refused_with_a_warning(root, victim):
-    (root / untuned.MISSES).symlink_to(victim)
+    (root / frozen.MISSES).symlink_to(victim)
     with pytest.warns(RuntimeWarning, match="cannot record the miss.*symbolic link"):
-        untuned.record_miss("k", (1,), "strict")
+        frozen.record_miss("k", (1,), "strict")
     with pytest.warns(RuntimeWarning, match="symbolic link"):
-        assert untuned.misses() == []
+        assert frozen.misses() == []
     assert untouched(victim)
 
 
@@ -118,8 +118,8 @@ def test_the_root_may_be_a_link_the_user_made(tmp_path, monkeypatch):
     root = cache.cache_root()
     filestore.write_json_atomic(root / "kernels" / "k" / "d.json", {"pick": 0}, root=root)
     assert filestore.read_json(root / "kernels" / "k" / "d.json", root) == {"pick": 0}
-    untuned.record_miss("k", (1,), "strict")
-    assert [m["key"] for m in untuned.misses()] == ["(1,)"]
+    frozen.record_miss("k", (1,), "strict")
+    assert [m["key"] for m in frozen.misses()] == ["(1,)"]
     assert (real / "kernels" / "k" / "d.json").is_file()
 
 
@@ -312,7 +312,7 @@ def test_only_this_users_stale_temporaries_are_removed(root):
 def test_clear_all_removes_dead_writers_temporaries_and_free_lock_files(root, victim, capsys):
     from triton_dist_plugin.store import safe_files
 
-    untuned.record_miss("k", (1,), "strict")
+    frozen.record_miss("k", (1,), "strict")
     filestore.write_json_atomic(root / "kernels" / "k" / "d.json", {"not": "an entry"}, root=root)
     (root / "kernels" / "k" / ".partial" / f".d.json.{safe_files._HOST}-999999999.00ff.tmp").write_text("{")  # died
     (root / "fn").mkdir()
@@ -325,7 +325,7 @@ def test_clear_all_removes_dead_writers_temporaries_and_free_lock_files(root, vi
     (root / "fn" / "notes.txt").write_text("mine")
     assert cli.main(["clear", "--all"]) == 0
     left = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() or p.is_symlink())
-    assert left == ["fn/.f.json.host-3.00ff.tmp", "fn/notes.txt", "kernels/k/d.json", untuned.MISSES]
+    assert left == ["fn/.f.json.host-3.00ff.tmp", "fn/notes.txt", "kernels/k/d.json", frozen.MISSES]
     assert untouched(victim)
     assert "skipping" in capsys.readouterr().err  # d.json is no entry: named, and left alone
 
@@ -333,10 +333,10 @@ def test_clear_all_removes_dead_writers_temporaries_and_free_lock_files(root, vi
 # -- 5. appends that cannot tear ---------------------------------------------------------------
 
 def test_a_torn_line_left_by_an_older_writer_is_never_glued_onto(root):
-    misses = root / untuned.MISSES
+    misses = root / frozen.MISSES
     misses.write_text('{"kernel": "k", "key": "(0,)", "why": "strict"}\n{"kernel": "k", "ke')
-    untuned.record_miss("k", (1,), "strict")
-    assert [m["key"] for m in untuned.misses()] == ["(0,)", "(1,)"]
+    frozen.record_miss("k", (1,), "strict")
+    assert [m["key"] for m in frozen.misses()] == ["(0,)", "(1,)"]
     store = cache.FunctionCache("fn", "source", {"device": "cpu"})
     store.dir.mkdir()
     log = store.path((1,)).with_suffix(".log")
@@ -375,38 +375,38 @@ def fill(path: Path) -> None:
 
 def test_a_full_disk_leaves_no_torn_line(small_disk, monkeypatch):
     monkeypatch.setenv("TRITON_DIST_AUTOTUNE_DIR", str(small_disk))
-    untuned.record_miss("k", (1,), "first")
-    before = (small_disk / untuned.MISSES).read_bytes()
+    frozen.record_miss("k", (1,), "first")
+    before = (small_disk / frozen.MISSES).read_bytes()
     fill(small_disk / "filler")
     with pytest.warns(RuntimeWarning, match="cannot record the miss"):
-        untuned.record_miss("k", ("x" * 20000,), "second")
-    assert (small_disk / untuned.MISSES).read_bytes() == before
+        frozen.record_miss("k", ("x" * 20000,), "second")
+    assert (small_disk / frozen.MISSES).read_bytes() == before
     (small_disk / "filler").unlink()
-    untuned.record_miss("k", (3,), "third")
-    assert [m["why"] for m in lines_of(small_disk / untuned.MISSES)] == ["first", "third"]
+    frozen.record_miss("k", (3,), "third")
+    assert [m["why"] for m in lines_of(small_disk / frozen.MISSES)] == ["first", "third"]
 
 
 SIZE_LIMITED_WRITER = """
 import os, resource, sys, warnings
-from triton_dist_plugin import untuned
+from triton_dist_plugin import frozen
 size = os.path.getsize(sys.argv[1])
 resource.setrlimit(resource.RLIMIT_FSIZE, (size + 50, resource.RLIM_INFINITY))  # the disk is "full"
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    untuned.record_miss("k", ("x" * 5000,), "second")
+    frozen.record_miss("k", ("x" * 5000,), "second")
 print(len(caught))
 """
 
 
 def test_a_file_size_limit_leaves_no_torn_line(root):
-    untuned.record_miss("k", (1,), "first")
-    misses = root / untuned.MISSES
+    frozen.record_miss("k", (1,), "first")
+    misses = root / frozen.MISSES
     before = misses.read_bytes()
     out = subprocess.run([sys.executable, "-c", SIZE_LIMITED_WRITER, str(misses)], check=True,
                          capture_output=True, text=True).stdout
     assert out.strip() == "1"  # warned
     assert misses.read_bytes() == before
-    untuned.record_miss("k", (3,), "third")
+    frozen.record_miss("k", (3,), "third")
     assert [m["why"] for m in lines_of(misses)] == ["first", "third"]
 
 
@@ -416,12 +416,12 @@ def test_a_planted_lock_file_link_leaves_the_victim_untouched(root, victim):
     entry = root / "fn" / "d.json"
     entry.parent.mkdir()
     Path(f"{entry}.lock").symlink_to(victim)
-    (root / f"{untuned.MISSES}.lock").symlink_to(victim)
+    (root / f"{frozen.MISSES}.lock").symlink_to(victim)
     stamp = victim.stat().st_mtime_ns
     with pytest.raises(OSError, match=r"d\.json\.lock is a symbolic link"):
         filestore.write_json_atomic(entry, {"pick": 0}, root=root)
     with pytest.warns(RuntimeWarning, match="cannot record the miss"):
-        untuned.record_miss("k", (1,), "strict")
+        frozen.record_miss("k", (1,), "strict")
     assert untouched(victim) and victim.stat().st_mtime_ns == stamp
     assert not entry.exists()
 
@@ -468,7 +468,7 @@ def test_a_cache_directory_that_is_a_dangling_link_says_so_once(tmp_path, monkey
             x = torch.randn(n)
             torch.testing.assert_close(scaled(x), scaled(x))
             torch.testing.assert_close(add.launch(kernel, x, x), 2 * x)
-        monkeypatch.setenv(untuned.FROZEN_ENV, "nearest")
+        monkeypatch.setenv(frozen.FROZEN_ENV, "nearest")
         add.launch(triton.autotune(configs=add.configs("cpu"), key=add.key)(add.jit), *add.make_inputs("tiny", "cpu"))
     messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)
                 and "never tuned" not in str(w.message)]

@@ -16,7 +16,7 @@ import triton
 from helpers import DEVICE, run_python
 
 from kernels import KERNELS
-from triton_dist_plugin import untuned
+from triton_dist_plugin import frozen
 from triton_dist_plugin.patched import tuning
 from triton_dist_plugin.store import describe, filestore, index, persist, records
 
@@ -240,7 +240,7 @@ def test_frozen_nearest_takes_the_nearest_stored_pick_still_among_the_candidates
     assert records.valid(gone, "kernel")
     for n in range(1990, 2030, 2):
         plant(folder, gone, n)
-    monkeypatch.setenv(untuned.FROZEN_ENV, "nearest")
+    monkeypatch.setenv(frozen.FROZEN_ENV, "nearest")
     with pytest.warns(RuntimeWarning, match=r"nearest tuned key \(1000, "):
         launch(2001)
 
@@ -280,7 +280,7 @@ def _frozen_launch(n: int, configs=None):
 
 def test_frozen_nearest_takes_the_key_itself_tuned_under_other_candidates(tmp_path, seeded, monkeypatch):
     """A key tuned before a config was added is the nearest there is (distance 0): its pick."""
-    monkeypatch.setenv(untuned.FROZEN_ENV, "nearest")
+    monkeypatch.setenv(frozen.FROZEN_ENV, "nearest")
     said, kernel = _frozen_launch(1000, ADD.configs(DEVICE) + [triton.Config({"BLOCK": 64}, num_warps=1)])
     assert "the nearest tuned key (1000," in said, said
     assert describe.describe(kernel.best_config) == seeded["pick_config"]
@@ -290,7 +290,7 @@ def test_frozen_nearest_never_chains_through_keys_it_did_not_tune(tmp_path, seed
     """A key given a substitute is no tuned key: the next miss is measured against the tuned ones."""
     folder = folder_of(tmp_path)
     plant(folder, seeded, 100000)
-    monkeypatch.setenv(untuned.FROZEN_ENV, "nearest")
+    monkeypatch.setenv(frozen.FROZEN_ENV, "nearest")
     kernel = triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit)
     for n, nearest in ((20000, 100000), (9000, 1000)):  # 9000 is nearer 20000 (never tuned) than 1000
         with warnings.catch_warnings(record=True) as caught:
@@ -304,7 +304,7 @@ def test_frozen_nearest_honours_the_version_check(tmp_path, seeded, monkeypatch)
     folder = folder_of(tmp_path)
     path = plant(folder, seeded, 3000, versions={**seeded["versions"], "torch": "0.0.1"})
     assert records.valid(json.loads(path.read_text()), "kernel")
-    monkeypatch.setenv(untuned.FROZEN_ENV, "nearest")
+    monkeypatch.setenv(frozen.FROZEN_ENV, "nearest")
     monkeypatch.setenv("TRITON_DIST_AUTOTUNE_VERSION_CHECK", "1")
     said, _ = _frozen_launch(3100)
     assert "the nearest tuned key (1000," in said, said  # not 3000's, made under other versions

@@ -14,13 +14,13 @@ import triton.language as tl
 from helpers import DEVICE
 
 from kernels import KERNELS
-from triton_dist_plugin import patch
+from triton_dist_plugin import activation
 from triton_dist_plugin.tiling.analysis import analyse
 from triton_dist_plugin.tiling.generate import GenerationError
 
 #: On Triton-Ascend, ``hints=`` belong to Triton-Ascend's own autotune (see docs/ascend.md); the
 #: plugin's hint vocabulary applies where Triton's autotune has no ``hints`` of its own.
-plugin_hints = pytest.mark.skipif("hints" in inspect.signature(patch._ORIGINAL_AUTOTUNE).parameters,
+plugin_hints = pytest.mark.skipif("hints" in inspect.signature(activation._ORIGINAL_AUTOTUNE).parameters,
                                   reason="hints= are Triton-Ascend's own here")
 
 

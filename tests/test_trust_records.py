@@ -522,13 +522,13 @@ def test_text_that_is_not_valid_unicode_is_refused_and_never_reaches_a_terminal(
 
 
 def test_a_misses_log_line_nested_too_deeply_is_skipped(tmp_path):
-    from triton_dist_plugin import untuned
+    from triton_dist_plugin import frozen
 
     root = tmp_path / "tdp-cache"
     root.mkdir(parents=True, exist_ok=True)
     good = json.dumps({"kernel": "k", "key": "(1,)", "why": "frozen mode"})
-    (root / untuned.MISSES).write_text("[" * 100000 + "]" * 100000 + "\n" + good + "\n")
-    assert [m["kernel"] for m in untuned.misses()] == ["k"]
+    (root / frozen.MISSES).write_text("[" * 100000 + "]" * 100000 + "\n" + good + "\n")
+    assert [m["kernel"] for m in frozen.misses()] == ["k"]
     assert cli.main(["misses"]) == 0
 
 

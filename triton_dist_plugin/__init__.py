@@ -35,13 +35,13 @@ from . import (  # noqa: E402
     _compat,  # noqa: F401  (raises a clear ImportError when Triton is missing)
     settings,
 )
+from .activation import activate, deactivate, is_active  # noqa: E402
 from .bus import PluginError, hookimpl, plugin_manager, register, unregister  # noqa: E402
 from .distributed import RankMismatch, set_tuning_group, tuning_group  # noqa: E402
 from .failures import NoValidConfig  # noqa: E402
-from .patch import activate, deactivate, is_active  # noqa: E402
-from .requests import CandidateRequest, TuningRecord, TuningRequest  # noqa: E402
+from .frozen import FrozenMiss, TuningDuringCapture  # noqa: E402
+from .hook_objects import CandidateRequest, TuningRecord, TuningRequest  # noqa: E402
 from .settings import SettingError  # noqa: E402
-from .untuned import FrozenMiss, TuningDuringCapture  # noqa: E402
 
 __version__ = "0.1.0"
 

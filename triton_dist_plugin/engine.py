@@ -17,10 +17,10 @@ from typing import Any, Callable, Iterable, Optional
 
 from . import bus, distributed, settle
 from .compiling.stream import SKIPPED, Stream
-from .failures import NOT_SEARCHED, NoValidConfig, Timing, describe, let_through
+from .failures import NOT_SEARCHED, NoValidConfig, Timing, let_through, reason_of
+from .hook_objects import INF3, CandidateRequest, TuningRecord, TuningRequest
 from .policy import Policy
 from .policy import current as current_policy
-from .requests import INF3, CandidateRequest, TuningRecord, TuningRequest
 from .search import model
 from .search.space import Space
 
@@ -55,7 +55,7 @@ def time_one(cand: CandidateRequest, do_bench: Optional[Callable] = None) -> tup
     except bus.PluginError:
         raise
     except Exception as exc:
-        return list(INF3), describe(exc)
+        return list(INF3), reason_of(exc)
 
 
 def same_keys(timings: dict) -> Callable[[Any], dict]:
@@ -318,7 +318,7 @@ def run_candidates(
         except bus.PluginError:
             raise
         except Exception as exc:  # a candidate that cannot even be set up is a failed candidate
-            timings[config], failures[config] = list(INF3), describe(exc)
+            timings[config], failures[config] = list(INF3), reason_of(exc)
 
     def ready_up(subset: list, stream: Optional[Stream] = None) -> list:
         """Prepare and set up the calls of those of ``subset`` not yet ready; returns those the
@@ -459,7 +459,7 @@ def run_candidates(
             return _round(request, subset, calls, method, None, *counts, group, None)[0]
 
         best, decision = settle.settle(valid, configs, measure, policy)
-        request.notes.append(settle.describe(decision))
+        request.notes.append(settle.sentence(decision))
     return Outcome(best=best, timings=timings, failures=failures, bench_time=time.perf_counter() - start,
                    measured=[c for c in finalists if c in calls], decision=decision)
 

@@ -54,7 +54,7 @@ class Reason(str):
     exc: Optional[BaseException] = None
 
 
-def describe(exc: BaseException) -> Reason:
+def reason_of(exc: BaseException) -> Reason:
     """A one-line reason for a failed candidate: the exception type and its first line.
 
     Triton's compile errors start with the failing line's position and source; their message

@@ -109,7 +109,7 @@ def _decision(margin: float, noise: float, rounds: int, confidence: float, tie: 
             "rounds": rounds, "confidence": round(confidence, 3), "tie": tie}
 
 
-def describe(decision: dict) -> str:
+def sentence(decision: dict) -> str:
     """The decision in a sentence, for the tuning's notes and the report."""
     margin = decision.get("margin")
     margin = "no runner-up" if margin is None else f"{margin:+.1%} for the runner-up"

@@ -30,7 +30,7 @@ import warnings
 from pathlib import Path
 from typing import Iterator, Optional
 
-from .. import settings, untuned
+from .. import frozen, settings
 from ..store import cache, filestore, manifest, persist
 from .entries import Entry, Reader, looked_in, matches, remove
 from .views import cmd_export, cmd_misses, cmd_show, list_lines
@@ -68,7 +68,7 @@ def _no_match(command: str, pattern: str, exact: bool, anything: bool, what: str
     """A NAME given that matches nothing: one line on standard error, and status 1."""
     matched = f"is named {pattern!r}" if exact else f"matches {pattern!r}"
     why = hint if anything else f"nothing tuned yet ({looked_in()})" if what == "entry" else \
-        f"none recorded (looked in {cache.cache_root() / untuned.MISSES})"
+        f"none recorded (looked in {cache.cache_root() / frozen.MISSES})"
     print(f"{PROG} {command}: no {what} {matched}; {why}", file=sys.stderr)
     return 1
 
@@ -150,7 +150,7 @@ def _main(argv: Optional[list[str]]) -> int:
     if args.command == "misses":
         text = cmd_misses(args.name, args.exact)
         if text is None:
-            return _no_match("misses", args.name, args.exact, bool(untuned.misses()), "miss",
+            return _no_match("misses", args.name, args.exact, bool(frozen.misses()), "miss",
                              f"run '{PROG} misses' to see every one")
         print(text)
         return 0

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from itertools import chain, islice
 from typing import Iterable, Iterator, Optional
 
-from .. import untuned
+from .. import frozen
 from ..failures import round_of
 from ..store import cache
 from .entries import Entry, looked_in, matches
@@ -138,7 +138,7 @@ def cmd_export(entries: list[Entry], fmt: str) -> str:
 def cmd_misses(name: Optional[str], exact: bool = False) -> Optional[str]:
     """The misses table; None when ``name`` matches none of the recorded misses."""
     seen: dict = {}
-    recorded = untuned.misses()
+    recorded = frozen.misses()
     for item in recorded:
         if not matches(item["kernel"], name, exact):
             continue
@@ -149,6 +149,6 @@ def cmd_misses(name: Optional[str], exact: bool = False) -> Optional[str]:
     if not seen:
         if name is not None:
             return None
-        return f"no misses recorded (looked in {cache.cache_root() / untuned.MISSES})"
+        return f"no misses recorded (looked in {cache.cache_root() / frozen.MISSES})"
     rows = [[k, key, str(r["count"]), ", ".join(sorted(r["why"])), r["last"][:19]] for (k, key), r in seen.items()]
     return _table(rows, ["kernel", "key", "misses", "during", "last (UTC)"])

@@ -18,7 +18,7 @@ import warnings
 from collections import defaultdict
 from typing import Any, Callable, Optional
 
-from .. import _compat, failures, settings, untuned
+from .. import _compat, failures, frozen, settings
 from .stream import SKIPPED
 
 COMPILE_PROCESSES_ENV = "TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES"  # forked workers (default: CPUs; 0: off)
@@ -45,7 +45,7 @@ def warm_one(warm: Callable, args: tuple, meta: dict, launch_kwargs: dict) -> tu
     try:
         return warm(*args, **meta, **launch_kwargs), None
     except Exception as exc:
-        return None, failures.describe(exc)
+        return None, failures.reason_of(exc)
 
 
 def caches_ready(warm: Callable, device: Any) -> bool:
@@ -85,7 +85,7 @@ def prestart() -> None:
     compile into Triton's cache, 0.5-0.8 s, on the first use of the driver; on a machine without
     CUDA it fails at once, unseen). Not under the interpreter or in frozen mode (nothing
     compiles there), nor in a ``multiprocessing`` child; once per process."""
-    if _early or _compat.interpret() or untuned.frozen() or multiprocessing.parent_process():
+    if _early or _compat.interpret() or frozen.mode() or multiprocessing.parent_process():
         return
     for name, step in (("tdp-triton-key", _triton_key), ("tdp-cuda-utils", _cuda_utils)):
         _early.append(threading.Thread(target=_quietly, args=(step,), name=name, daemon=True))
@@ -213,7 +213,7 @@ def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, in
                         skip[j], begun[j] = 0, 0.0
                         submit(j)
     except Exception as exc:
-        notes["stage 1 ended"] = failures.describe(exc)
+        notes["stage 1 ended"] = failures.reason_of(exc)
         return None
     finally:
         _job = None

@@ -45,7 +45,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any, Optional
 
-from .. import settings, untuned
+from .. import frozen, settings
 from . import isolate_source
 from .isolate_source import Unisolated, locate
 from .isolate_worker import BOOTSTRAP
@@ -97,7 +97,7 @@ def prestart(fn: Any = None, generated: bool = False) -> None:
         import multiprocessing
 
         wanted = settings.value(ENV) is True if fn is None else enabled(generated)
-        if not wanted or untuned.frozen() or multiprocessing.parent_process() is not None:
+        if not wanted or frozen.mode() or multiprocessing.parent_process() is not None:
             return
         module = isolate_source.module_of(fn) if fn is not None else None
         with _shared_lock:

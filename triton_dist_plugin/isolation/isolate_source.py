@@ -112,7 +112,7 @@ def locate(fn: Any) -> tuple[dict, list]:
         raise Unisolated(f"{why}, and the isolation worker can rebuild only @triton.jit functions, not a "
                          f"{type(jit).__name__}; define it in an importable module to isolate it")
     try:
-        return {"source": describe(jit), "name": jit.fn.__qualname__, "kind": type(jit).__name__}, layers
+        return {"source": source_of(jit), "name": jit.fn.__qualname__, "kind": type(jit).__name__}, layers
     except Unisolated as exc:
         raise Unisolated(f"{why}, so the isolation worker would rebuild it from its source, but {exc}") from None
 
@@ -144,7 +144,7 @@ def importable(value: Any, module: Any, qualname: Any) -> bool:
     return found is value and reachable(module)
 
 
-def describe(jit: Any) -> dict:
+def source_of(jit: Any) -> dict:
     """What a worker needs to rebuild ``jit`` (a ``@triton.jit`` function) without importing its
     module; raises ``Unisolated`` when something it uses cannot be sent."""
     sender = _Sender()

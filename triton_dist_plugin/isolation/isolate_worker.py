@@ -77,7 +77,7 @@ def get(conn: Connection) -> Any:
 
 
 def rebuild(spec: dict) -> Any:
-    """The ``@triton.jit`` function ``isolate_source.describe`` described, rebuilt from the source
+    """The ``@triton.jit`` function ``isolate_source.source_of`` described, rebuilt from the source
     its parent sent: nothing is imported but the modules it names, and nothing is read from disk."""
     import builtins
     import functools

@@ -182,7 +182,7 @@ class Gate:
         try:
             self.make_call(config, lambda: captured.append(self.arguments.state()))()
         except Exception as exc:
-            self.failed[id(config)] = failures.describe(exc)
+            self.failed[id(config)] = failures.reason_of(exc)
             return None
         return captured[0] if captured else self.arguments.state()
 

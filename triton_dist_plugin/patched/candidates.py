@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 
 from .. import bus, distributed
 from ..compiling import precompile as _precompile
-from ..requests import TuningRequest
+from ..hook_objects import TuningRequest
 from .kernel_state import KernelState
 
 

@@ -2,8 +2,7 @@
 
 A ``KernelState`` holds what is derived once per tuner: the key's argument positions and the
 launch keywords of each config, merged once and kept, so the cache-hit path does no more than
-compute the key and look it up. The process-wide flags are set by ``patch`` (installed or not)
-and by the contextual tuner (the session that owns misses on its thread).
+compute the key and look it up. The process-wide flags are set by ``patch`` (installed or not).
 """
 
 from __future__ import annotations
@@ -20,8 +19,6 @@ from . import direct
 active = False
 #: Autotuners that carry a per-instance fast ``run`` (removed again by ``deactivate``).
 fast_instances: weakref.WeakSet[Any] = weakref.WeakSet()
-#: The contextual tuning session in progress (see ``autotuner.py``); it owns misses on its thread.
-session: Any = None
 current = threading.local()  # the TuningRequest of the tuning in progress on this thread
 _DTYPE_STR: dict = {}
 

@@ -9,23 +9,41 @@ On a miss, tuning runs under one process-wide lock with all per-call state held 
 threads launching the same kernel with different keys never see each other's arguments
 (upstream keeps them in ``self.nargs``, which races). ``tune`` chooses the candidates; what
 follows (the stored pick, or readying and timing them, and keeping the pick) is ``tuning``'s.
+A front end above that owns a thread's misses for a while (the contextual tuner) says so with
+``misses_to``, never by putting itself into a global of this layer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from typing import Any
+from typing import Any, Callable, Iterator
 
-from .. import _compat, settings, untuned
+from .. import _compat, frozen, settings
 from ..compiling import forked_compile
+from ..hook_objects import TuningRequest
 from ..isolation import isolate
-from ..requests import TuningRequest
 from . import kernel_state, tuning
 from .benchmarker import user_do_bench
 from .candidates import check_conflicts, select_configs, split_launch
 from .kernel_state import KernelState, state_of
 
 _TUNE_LOCK = threading.RLock()
+_MISSES = threading.local()  # ``handler``: who owns this thread's misses (``misses_to``), if anyone
+
+
+@contextlib.contextmanager
+def misses_to(handler: Callable[..., Any]) -> Iterator[None]:
+    """Within the block, every miss on this thread (a key not in ``cache``) is handed to
+    ``handler(instance, state, key, args, kwargs)``, whose return is the launch's: the contextual
+    tuner discovers and times its kernels this way. Other threads tune as usual."""
+    if getattr(_MISSES, "handler", None) is not None:
+        raise RuntimeError("this thread's misses are already handed to another owner")
+    _MISSES.handler = handler
+    try:
+        yield
+    finally:
+        _MISSES.handler = None
 
 
 def run_wrapper(wrapped, instance, args, kwargs):
@@ -35,11 +53,11 @@ def run_wrapper(wrapped, instance, args, kwargs):
         key = state.key(args, kwargs)
         config = instance.cache.get(key)
         if config is None:
-            active = kernel_state.session
-            if active is not None and active.thread == threading.get_ident():
-                return active.launch(instance, state, key, args, kwargs)
-            if untuned.capturing():  # nothing may be timed: raise, or launch a fixed config untuned
-                config = untuned.fallback(state.name, key, instance.cache, instance.configs[0], instance)
+            owner = getattr(_MISSES, "handler", None)
+            if owner is not None:
+                return owner(instance, state, key, args, kwargs)
+            if frozen.capturing():  # nothing may be timed: raise, or launch a fixed config untuned
+                config = frozen.fallback(state.name, key, instance.cache, instance.configs[0], instance)
                 return _launch(instance, state, config, args, kwargs)
             config = tune(instance, state, key, args, kwargs)
         if len(kwargs) == 2 and len(args) >= state.min_args and config.pre_hook is None:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
-from .. import _compat, bus, distributed, engine, settings, timing, untuned
+from .. import _compat, bus, distributed, engine, frozen, settings, timing
 from ..failures import NoValidConfig, raw
-from ..requests import INF3, TuningRequest
+from ..hook_objects import INF3, TuningRequest
 from . import batch as _batch
 from . import kernel_state
 from .accuracy import Gate, accuracy_check_enabled, reference_order
@@ -84,8 +84,8 @@ def bench_wrapper(wrapped, instance, args, kwargs):
     meta = dict(kwargs)
     config = meta.pop("config")
     state = state_of(instance)
-    if untuned.capturing():
-        untuned.refuse(state.name)
+    if frozen.capturing():
+        frozen.refuse(state.name)
     check_conflicts(state.name, split_launch(state, args, meta)[1], [config])
     found = _batch.answer(instance, config, args, meta, lambda configs: _subclass_round(instance, state, args,
                                                                                           meta, configs))
@@ -114,8 +114,8 @@ def batch_bench_wrapper(wrapped, instance, args, kwargs):
     go through ``tdp_reduce_timings`` (ranks agree and take the slowest), and ``tdp_on_tuned``
     receives the record."""
     state = state_of(instance)
-    if untuned.capturing():
-        untuned.refuse(state.name)
+    if frozen.capturing():
+        frozen.refuse(state.name)
     meta = {k: v for k, v in kwargs.items() if k != "configs"}
     _, launch, named, rest = split_launch(state, args, meta)
     request = TuningRequest(state.name, state.key(args, launch), _compat.active_device(required=False), named, rest,

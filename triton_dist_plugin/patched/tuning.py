@@ -11,13 +11,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .. import _compat, distributed, engine, failures, policy, settings, timing, untuned
+from .. import _compat, distributed, engine, failures, frozen, policy, settings, timing
 from ..compiling.precompile import never_timed
+from ..hook_objects import TuningRequest
 from ..isolation import isolate, isolate_source
 from ..reporting import report
-from ..requests import TuningRequest
 from ..search import strategy as search
-from ..store import cache, describe, persist
+from ..store import cache, describe, keys, persist
 from . import accuracy
 from .accuracy import accuracy_check_enabled
 from .benchmarker import screen_for, user_do_bench
@@ -131,12 +131,12 @@ def bench_and_record(instance: Any, state: KernelState, request: TuningRequest, 
         request.notes.append(f"pick read from {found[2]}" if found is not None and found[0] == stored else
                              "pick shared by a rank")
         cache_hit = True
-    elif untuned.frozen():  # a miss never times anything: raise, or launch the nearest key's pick
+    elif frozen.mode():  # a miss never times anything: raise, or launch the nearest key's pick
         near = store.nearest_pick(key, configs) if store is not None else None  # from the index: no scan
         # Keys tuned in this process, not those given a substitute in frozen mode (no chain of guesses).
         tuned = {**({near[0]: near[1]} if near is not None else {}),
                  **{k: c for k, c in instance.cache.items() if k not in state.substituted}}
-        config = untuned.frozen_miss(state.name, key, tuned, configs[0], instance, request.device)
+        config = frozen.on_miss(state.name, key, tuned, configs[0], instance, request.device)
         instance.cache[key] = _from_first(group, config, [*configs, *tuned.values()], state.name)
         state.substituted.add(key)
         return instance.cache[key]
@@ -216,7 +216,7 @@ def warm_start(state: KernelState, store: Any, key: tuple, configs: list, group:
     index, not by reading every entry), and those of ``configs`` that key's space did not hold
     where it was small enough to be kept (``configs=[]`` generates per shape: nothing is known of
     the others); ``(None, None, [])`` when no tuned key is near
-    (``untuned.nearest``: same non-numeric parts, closest shapes; and within
+    (``keys.nearest``: same non-numeric parts, closest shapes; and within
     ``Policy.warm_distance``: shapes at most 16 times apart in all), or with
     ``TRITON_DIST_AUTOTUNE_WARM_START=0``. Under a group every rank takes the group's rank 0's
     (the rank that writes the picks to disk, so the one that holds them)."""
@@ -226,8 +226,8 @@ def warm_start(state: KernelState, store: Any, key: tuple, configs: list, group:
         stored = store.nearest_ranking(key) if store is not None else None  # the nearest on disk, from its index
         tuned = {**({stored[0]: stored[1]} if stored is not None else {}), **state.rankings}
         tuned.pop(key, None)
-        near = untuned.nearest(list(tuned), key)
-        if near is not None and untuned.distance(near, key) <= policy.current().warm_distance:
+        near = keys.nearest(list(tuned), key)
+        if near is not None and keys.distance(near, key) <= policy.current().warm_distance:
             by_name = {describe.describe(c): c for c in configs}
             ranking, held = tuned[near]
             prior = [by_name[d] for d in ranking if d in by_name] or None

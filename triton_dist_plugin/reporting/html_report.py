@@ -172,7 +172,7 @@ def _judged(record: dict) -> str:
                   for k in ("noise", "rounds", "confidence"))
     if numbers and isinstance(decision["tie"], bool) and \
             (decision["margin"] is None or isinstance(decision["margin"], (int, float))):
-        parts.append(("Decision", settle.describe(decision)))
+        parts.append(("Decision", settle.sentence(decision)))
     return "".join(f"<p class=\"origin\"><b>{label}:</b> {esc(text)}</p>" for label, text in parts)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .. import _callsite, bus, settings
-from ..requests import CacheEntry
+from ..hook_objects import CacheEntry
 from . import describe, filestore, fingerprint, records
 
 ROOT_ENV = "TRITON_DIST_AUTOTUNE_DIR"

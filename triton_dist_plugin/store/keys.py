@@ -136,3 +136,15 @@ def distance(a: Any, b: Any) -> float:
             return math.inf
         total += gap
     return total if total < math.inf else math.inf
+
+
+def nearest(tuned: list, key: Any) -> Any:
+    """The tuned key most like ``key``: same length and same non-numeric parts (dtypes, flags),
+    closest in the ratios of its numbers (shapes); None if no key is comparable. Never raises,
+    whatever either key holds."""
+    best, best_distance = None, math.inf
+    for other in tuned:
+        d = distance(other, key)
+        if d < best_distance:
+            best, best_distance = other, d
+    return best

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .. import _compat, bus, policy, settings
-from ..requests import CacheEntry
+from ..hook_objects import CacheEntry
 from ..search import strategy as search
 from . import cache, describe, filestore, fingerprint, index, keys, manifest, records
 

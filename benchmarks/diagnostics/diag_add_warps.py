@@ -3,19 +3,23 @@ every ``num_warps`` (1-16), measured round-robin (do_bench median, 5 rounds, med
 beside what ``configs=[]`` generated and picked; to see whether a ``configs=[]`` gap on a
 few-microsecond kernel is a missing candidate or measurement spread.
 
-    python benchmarks/diag_add_warps.py        (GPU; results/add_warps_h200.json)
+    python benchmarks/diagnostics/diag_add_warps.py        (GPU; results/add_warps_h200.json)
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
+from pathlib import Path
 
 import torch
 import triton
-from _common import do_bench_rounds, save_results
 
-import triton_dist_plugin  # noqa: F401  (configs=[] needs the plugin)
-from kernels import add
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and its kin
+from _common import do_bench_rounds, save_results  # noqa: E402
+
+import triton_dist_plugin  # noqa: E402, F401  (configs=[] needs the plugin)
+from kernels import add  # noqa: E402
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Does the device's speed drift under sustained load, enough to reorder finalists measured one
 after another?
 
-    python benchmarks/diag_drift_gpu.py [--reps 5]
+    python benchmarks/diagnostics/diag_drift_gpu.py [--reps 5]
 
 The fp16 matmul at 4096^3 and three configs of the 1,152-config space: the exhaustive best (A),
 the pick the plugin kept making over that space while it measured finalists one after another (B),
@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
-from _common import launch_meta, save_results
-from _search import SHAPE, inputs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and its kin
+from _common import launch_meta, save_results  # noqa: E402
+from _search import SHAPE, inputs  # noqa: E402
 
 CONFIGS = {  # BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages
     "A": (128, 256, 64, 8, 8, 4),

@@ -6,7 +6,7 @@ the op on its first call, then records: the pick, an MD5 of every compiled binar
 kernels (so a different binary shows), the steady-state time on the tuning's own inputs, and on
 freshly allocated inputs of the same shapes (so an effect of where the inputs sit in memory shows).
 
-    python benchmarks/diag_same_pick.py --ops gems_group_mm,gems_addmm --reps 4
+    python benchmarks/diagnostics/diag_same_pick.py --ops gems_group_mm,gems_addmm --reps 4
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and its kin
 
 from _common import save_results  # noqa: E402
 from _procs import emit, result_of  # noqa: E402

@@ -5,7 +5,7 @@ in each round (5 runs, 25 runs, full ``do_bench``), then times every candidate f
 Shows whether screening times are biased against the full ones (they are compared when a dropped
 candidate is re-measured, and upstream's pick is the minimum of ``configs_timings``).
 
-    python benchmarks/diag_screen_rounds.py
+    python benchmarks/diagnostics/diag_screen_rounds.py
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and its kin
 
 import torch  # noqa: E402
 import triton  # noqa: E402

@@ -2,6 +2,8 @@
 
 import cProfile
 import pstats
+import sys
+from pathlib import Path
 
 import torch
 import triton
@@ -23,6 +25,7 @@ meta = kernel_state.state_of(tuned).launch_kwargs(best)
 dgrid = (triton.cdiv(n, best.kwargs["BLOCK"]),)
 
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and its kin
 from _common import host_loop as per_call  # noqa: E402
 
 st = kernel_state.state_of(tuned)

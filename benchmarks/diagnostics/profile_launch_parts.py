@@ -6,6 +6,7 @@ the parts of ``JITFunction.run`` (knob reads, device and stream, binder, cache k
 
 import os
 import sys
+from pathlib import Path
 
 import torch
 import triton
@@ -14,7 +15,7 @@ import triton_dist_plugin  # noqa: F401
 from kernels import KERNELS
 from triton_dist_plugin.patched import direct, kernel_state
 
-sys.path.insert(0, "benchmarks")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and its kin
 from _common import host_loop, save_results  # noqa: E402
 
 add_kernel = KERNELS["add"].jit  # the same kernel every benchmark here launches

@@ -1,7 +1,7 @@
 """Where the first call of the 48-config matmul spends its wall time (GPU, empty caches): the
 start and end of the plugin's main steps, relative to the call's start.
 
-    python benchmarks/profile_timeline.py [M N K]
+    python benchmarks/diagnostics/profile_timeline.py [M N K]
 
 ``TRITON_DIST_AUTOTUNE_DIR`` may name a plugin cache with tuned keys (a warm start); Triton's
 cache is always empty.
@@ -12,6 +12,7 @@ import os
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
 os.environ.setdefault("TRITON_DIST_AUTOTUNE_DIR", tempfile.mkdtemp())  # picks persist: start from none, or given
@@ -19,6 +20,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 sys.path.insert(0, ".")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and its kin
 from _common import collect_notes  # noqa: E402
 
 import triton_dist_plugin  # noqa: E402,F401

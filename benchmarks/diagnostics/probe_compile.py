@@ -8,10 +8,12 @@ import os
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 import triton
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and its kin
 sys.path.insert(0, ".")
 from kernels import KERNELS  # noqa: E402
 from triton_dist_plugin.compiling import (

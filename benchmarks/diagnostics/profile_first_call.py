@@ -6,7 +6,9 @@ import pstats
 import sys
 import tempfile
 import time
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and its kin
 os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
 os.environ["TRITON_DIST_AUTOTUNE_DIR"] = tempfile.mkdtemp()  # picks persist: start from none
 import torch  # noqa: E402

@@ -1,0 +1,144 @@
+"""Install and uninstall the plugin on Triton's ``Autotuner``, like an OpenTelemetry instrumentor.
+
+Patching the class (not the ``triton.autotune`` decorator) covers kernels decorated before the
+import, and subclasses: ``Autotuner.run`` carries the engine; ``_bench`` and ``prune_configs``
+carry timing and pruning hooks into subclasses that replace ``run`` with their own (Triton-Ascend's
+``AutoTilingTuner``, FlagGems-style tuners). Which pieces a Triton release needs is decided here,
+once: 3.2 resolves its benchmarker in ``__init__``, 3.4+ through a ``do_bench`` property.
+
+``deactivate()`` puts back exactly the attributes it replaced, and only where it still finds its
+own wrapper, so another library's later patch is never undone by ours.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import wrapt
+
+from . import _compat, bus
+from .compiling import forked_compile
+from .isolation import isolate
+from .patched import benchmarker, kernel_state, launch, subclass
+
+_lock = threading.Lock()
+_installed: list[tuple[type, str, object, object]] = []  # (owner, attribute, original, ours)
+
+
+def is_active() -> bool:
+    """True while the plugin is installed on Triton's ``Autotuner``."""
+    return bool(_installed)
+
+
+def _wrap(owner: type, name: str, wrapper) -> None:
+    original = owner.__dict__[name]
+    wrapt.wrap_function_wrapper(owner, name, wrapper)
+    _installed.append((owner, name, original, owner.__dict__[name]))
+
+
+_ORIGINAL_AUTOTUNE = _compat.autotuner_module.autotune
+
+
+def _wrap_module(module, name: str, wrapper) -> None:
+    original = module.__dict__[name]
+    wrapt.wrap_function_wrapper(module, name, wrapper)
+    _installed.append((module, name, original, module.__dict__[name]))
+
+
+def activate() -> None:
+    """Patch ``triton.runtime.autotuner.Autotuner`` in place and load entry-point plugins.
+
+    Idempotent: activating twice warns and does nothing more.
+    """
+    with _lock:
+        if _installed:
+            warnings.warn("triton_dist_plugin is already active", stacklevel=2)
+            return
+        cls = _compat.Autotuner
+        try:
+            _wrap(cls, "run", launch.run_wrapper)
+            _wrap(cls, "_bench", subclass.bench_wrapper)
+            _wrap(cls, "prune_configs", _prune_configs)
+            import triton
+            import triton.runtime
+
+            for module in (triton, triton.runtime, _compat.autotuner_module):
+                if module.__dict__.get("autotune") is _ORIGINAL_AUTOTUNE:
+                    _wrap_module(module, "autotune", launch.autotune_wrapper)
+            if _compat.LAZY_BENCH:
+                original = cls.__dict__["do_bench"]
+                ours = benchmarker.DoBench(original.__doc__)
+                cls.do_bench = ours
+                _installed.append((cls, "do_bench", original, ours))
+            else:
+                _wrap(cls, "__init__", benchmarker.init_wrapper)
+            for sub in _subclasses(cls):  # those defined so far; later ones on their first pruning
+                _wrap_batch_bench_of(sub)
+            bus.load_entry_points()
+            kernel_state.active = True
+            isolate.prestart()  # with every kernel isolated, its worker starts alongside the program
+            forked_compile.prestart()  # kernels decorated before activation reach no decoration hook
+        except BaseException:
+            _restore()
+            raise
+
+
+def _prune_configs(wrapped, instance, args, kwargs):
+    """``Autotuner.prune_configs``: the plugin's pruning, and, for a subclass with its own
+    ``_batch_bench``, the wrapper that carries reduction and reports into it (on first use)."""
+    configs = subclass.prune_wrapper(wrapped, instance, args, kwargs)
+    if type(instance) is not _compat.Autotuner:
+        wrap_batch_bench(type(instance))
+    return configs
+
+
+def _restore() -> None:
+    kernel_state.active = False
+    while _installed:
+        owner, name, original, ours = _installed.pop()
+        if owner.__dict__.get(name) is ours:
+            setattr(owner, name, original)
+        else:
+            where = getattr(owner, "__name__", owner)
+            warnings.warn(f"{where}.{name} was re-patched by someone else; leaving it in place", stacklevel=3)
+
+
+def _subclasses(cls: type) -> list:
+    found, todo = [], list(cls.__subclasses__())
+    while todo:
+        sub = todo.pop()
+        if sub not in found:
+            found.append(sub)
+            todo.extend(sub.__subclasses__())
+    return found
+
+
+def wrap_batch_bench(cls: type) -> None:
+    """Carry the reduction and the report into a subclass's own ``_batch_bench`` (found on first
+    use, since such classes live in modules imported whenever their users like)."""
+    for klass in cls.__mro__:
+        if "_batch_bench" in klass.__dict__:
+            with _lock:
+                if _installed:
+                    _wrap_batch_bench_of(klass)
+            return
+
+
+def _wrap_batch_bench_of(klass: type) -> None:
+    """Wrap ``klass``'s own ``_batch_bench`` once (callers hold ``_lock``)."""
+    ours = any(owner is klass and name == "_batch_bench" for owner, name, _, _ in _installed)
+    if "_batch_bench" in klass.__dict__ and not ours:
+        _wrap(klass, "_batch_bench", subclass.batch_bench_wrapper)
+
+
+def deactivate() -> None:
+    """Restore every attribute ``activate()`` replaced, exactly. Tuned picks stay cached."""
+    with _lock:
+        _restore()
+        for tuner in list(kernel_state.fast_instances):
+            if tuner.__dict__.get("run") is not None and getattr(tuner.__dict__["run"], "__qualname__", "").startswith(
+                "_fast_run"
+            ):
+                del tuner.__dict__["run"]
+        kernel_state.fast_instances.clear()
