@@ -1,0 +1,137 @@
+"""Timing candidates: one candidate (``tdp_time_candidate`` or the kernel's own ``do_bench``), a
+round of several reduced over the group (``tdp_reduce_timings``), several rounds interleaved, and
+the checks on what the ranking and search hooks return."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, Callable, Optional
+
+from .. import bus
+from ..failures import Timing, reason_of
+from ..hook_objects import INF3, CandidateRequest
+from ..search import model
+
+
+def time_one(cand: CandidateRequest, do_bench: Optional[Callable] = None) -> tuple[list[float], Optional[str]]:
+    """Time one candidate; a failure is ``([inf]*3, reason)``, never an exception.
+
+    A plugin that breaks a hook's contract is the exception: its ``PluginError`` propagates.
+    """
+    try:
+        if do_bench is not None:
+            returned = do_bench(cand.call, quantiles=cand.quantiles)
+            timing = Timing(bus.as_timing(returned))
+            timing.raw = returned
+            return timing, None
+        value = bus.first_result("tdp_time_candidate", bus.as_timing, request=cand)
+        if value is None:
+            raise RuntimeError("no tdp_time_candidate implementation timed it")
+        return value, None
+    except bus.PluginError:
+        raise
+    except Exception as exc:
+        return list(INF3), reason_of(exc)
+
+
+def same_keys(timings: dict) -> Callable[[Any], dict]:
+    def check(result: Any) -> dict:
+        if not isinstance(result, dict) or result.keys() != timings.keys():
+            raise TypeError("expected a dict with exactly the candidates it was given")
+        checked = {config: bus.as_timing(value) for config, value in result.items()}
+        # A kernel's own do_bench result passes through as it was (upstream keeps it raw).
+        return {config: value if isinstance(value, Timing) else checked[config] for config, value in result.items()}
+
+    return check
+
+
+def rounds(request, configs, calls, method, do_bench, n_warmup, n_repeat, rounds, group,
+            on_candidate) -> tuple[dict, dict]:
+    """``_round`` of ``n_warmup + n_repeat`` runs each; with ``rounds`` over 1, as that many rounds
+    of about ``n_repeat / rounds`` runs (after the whole warm-up in the first, ``1 / rounds`` of it
+    later), in the given order and then backwards, by turns: a steady drift of the device's clock
+    puts each config as far along it as every other. Each quantile is the median over the rounds.
+    One that fails (on any rank: the reduced times say so) is not run again and ends as infinity."""
+    if rounds <= 1:
+        return round_(request, configs, calls, method, do_bench, n_warmup, n_repeat, group, on_candidate)
+    per, later = per_round(n_repeat, rounds), max(1, n_warmup // rounds)
+    samples: dict = {id(c): [] for c in configs}
+    failures: dict = {}
+    live = list(configs)
+    for i in range(rounds):
+        if not live:
+            break
+        turn = live if i % 2 == 0 else live[::-1]
+        timed, failed = round_(request, turn, calls, method, None, n_warmup if i == 0 else later, per, group,
+                               on_candidate)
+        failures.update(failed)
+        for config in turn:
+            samples[id(config)].append(timed[config])
+        live = [c for c in live if math.isfinite(timed[c][0])]
+    return {c: list(INF3) if not all(math.isfinite(t[0]) for t in samples[id(c)]) else
+            [statistics.median(t[q] for t in samples[id(c)]) for q in range(3)] for c in configs}, failures
+
+
+def per_round(n_repeat: int, rounds: int) -> int:
+    return max(3, -(-n_repeat // rounds))  # at least 3: a median
+
+
+def round_(request, configs, calls, method, do_bench, n_warmup, n_repeat, group, on_candidate,
+           timed: Optional[dict] = None) -> tuple[dict, dict]:
+    """Time ``configs`` once each and reduce over ``group``. A config without a call (a known
+    failure) is not run but still takes part in the reduction as infinity, so every rank
+    reduces the same list whatever failed where. Those in ``timed`` were timed already (as they
+    compiled: ``stream.py``) and take part as they are."""
+    timings, failures = {}, {}
+    for config in configs:
+        if timed and config in timed:
+            timings[config] = timed[config]
+            continue
+        timings[config], reason = time_candidate(request, config, calls, method, do_bench, n_warmup, n_repeat,
+                                                 on_candidate)
+        if reason is not None:
+            failures[config] = reason
+    reduced = bus.first_result("tdp_reduce_timings", same_keys(timings), request=request, timings=timings, group=group)
+    return (reduced if reduced is not None else timings), failures
+
+
+def time_candidate(request, config, calls, method, do_bench, n_warmup, n_repeat,
+                   on_candidate) -> tuple[list, Optional[str]]:
+    if config not in calls:
+        return list(INF3), None
+    cand = CandidateRequest(
+        call=calls[config], config=config, kernel_name=request.kernel_name, key=request.key, device=request.device,
+        method=method, n_warmup=n_warmup, n_repeat=n_repeat, tuning=request,
+    )
+    timing, reason = time_one(cand, do_bench)
+    if on_candidate is not None:
+        on_candidate(config, timing, reason)
+    return timing, reason
+
+
+def scores_of(candidates: list) -> Callable[[Any], list]:
+    """What ``tdp_rank_candidates`` must return: a number per candidate (NaN reads as "no opinion")."""
+
+    def check(result: Any) -> list:
+        if not isinstance(result, (list, tuple)) or len(result) != len(candidates):
+            raise TypeError(f"expected a list of {len(candidates)} numbers, one per candidate")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in result):
+            raise TypeError("expected numbers (a predicted time per candidate; inf: predicted not to run)")
+        return model.unknown_last(list(result))
+
+    return check
+
+
+def finalists_of(candidates: list) -> Callable[[Any], list]:
+    """What ``tdp_search`` must return: a list of the candidates it was given."""
+    given = {id(c) for c in candidates}
+
+    def check(result: Any) -> list:
+        if not isinstance(result, (list, tuple)):
+            raise TypeError("expected a list of the candidates to measure fully")
+        if any(id(r) not in given for r in result):
+            raise TypeError("expected only candidates it was given")
+        return list(result)
+
+    return check
