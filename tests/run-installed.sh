@@ -6,9 +6,11 @@
 #  2. creates a fresh venv with torch==2.13.0 (the small CPU build on a CPU-only machine; pinned
 #     here only), the built wheel with the [cuda,test] extras (not editable) and the two example hook
 #     distributions;
-#  3. runs pytest (-q and the arguments given; default: the whole suite) with that venv's Python, from a
-#     copy of the tree WITHOUT the triton_dist_plugin/ package (tests, kernels, docs, hooks, ...), so the
-#     tests, and the processes they start, can only import the installed package.
+#  3. runs pytest (-q, three workers with pytest-xdist, and the arguments given; default: the whole
+#     suite; -n 0 runs it in one process) with that venv's Python, from a copy of the tree WITHOUT the
+#     triton_dist_plugin/ package (tests, kernels, docs, hooks, ...), so the tests, and the processes
+#     they start, can only import the installed package. Three workers on two cores: many tests wait
+#     on the processes they start (ranks, workers, the console script).
 #
 # Test-only variables it sets for pytest (none is a setting of the package): TDP_TEST_INSTALLED=1 makes
 # conftest.py stop the session unless triton_dist_plugin is the wheel installed in the venv's
@@ -85,5 +87,5 @@ if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
   tdp_venv "$work/venv" torch==2.13.0 "$(tdp_wheel "$work")[cuda,test]"
   "$work/venv/bin/pip" install -q --no-deps "$work/src/hooks/tdp-smem-budget" "$work/src/hooks/tdp-redis-store"
   echo "== pytest in $work/tree (no triton_dist_plugin/ there: the installed wheel only)"
-  tdp_pytest "$work" "$work/venv" -q "$@"
+  tdp_pytest "$work" "$work/venv" -q -n 3 "$@"
 fi

@@ -15,10 +15,10 @@ LAYERS = [
     ("hooks", {"hookspecs"}),
     ("built-in plugins", {"timing", "distributed", "reporting", "tiling", "search"}),
     ("bus and stores", {"bus", "store"}),
-    ("engine", {"engine", "compiling", "frozen", "untuned"}),
+    ("engine", {"engine", "compiling", "frozen", "untuned", "job"}),
     ("isolation", {"isolation"}),
     ("the patched Autotuner", {"patched"}),
-    ("front ends", {"function_level", "tune", "contextual", "autotuner", "cli"}),
+    ("front ends", {"function_level", "function_keys", "tune", "contextual", "autotuner", "cli"}),
     ("switch", {"activation", "patch"}),
 ]
 

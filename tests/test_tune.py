@@ -48,6 +48,11 @@ class Tunings:
     def tdp_on_tuned(self, record):
         self.records.append(record)
 
+    @property
+    def tuned(self) -> list:
+        """The records of tunings (a disk hit's record says ``cache_hit``)."""
+        return [r for r in self.records if not r.cache_hit]
+
 
 @pytest.fixture
 def tunings(plugins):
@@ -100,10 +105,12 @@ def test_a_new_tuner_finds_the_disk_cache_and_always_tune_retunes(tunings, monke
     make_scale()(x, 2.0)
     second = make_scale()
     second(x, 2.0)
-    assert len(tunings.records) == 1 and second.best_configs
+    assert len(tunings.tuned) == 1 and second.best_configs
+    hit = tunings.records[-1]  # the disk hit has its record too, as a kernel's does
+    assert hit.cache_hit and hit.best_config == tunings.tuned[0].best_config and hit.timings
     monkeypatch.setenv(cache.ALWAYS_TUNE_ENV, "1")
     make_scale()(x, 2.0)
-    assert len(tunings.records) == 2
+    assert len(tunings.tuned) == 2
 
 
 def test_version_check_refuses_a_cache_from_other_versions(tunings, cache_dir, monkeypatch):
@@ -114,10 +121,10 @@ def test_version_check_refuses_a_cache_from_other_versions(tunings, cache_dir, m
     record["versions"]["triton"] = "0.0.1"
     path.write_text(json.dumps(record))
     make_scale()(x, 2.0)
-    assert len(tunings.records) == 1  # versions are recorded, not enforced by default
+    assert len(tunings.tuned) == 1  # versions are recorded, not enforced by default
     monkeypatch.setenv(cache.VERSION_CHECK_ENV, "1")
     make_scale()(x, 2.0)
-    assert len(tunings.records) == 2
+    assert len(tunings.tuned) == 2
 
 
 DAMAGE = {"not json": b"{not json", "empty": b"", "a list": b'["a list"]', "pick out of range":

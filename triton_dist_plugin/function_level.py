@@ -13,7 +13,7 @@
 
 Each retained candidate runs 5 warm-up and 10 timed calls of the whole function (device events,
 the wall clock on the CPU); a candidate that raises is timed as infinity and tuning goes on. The
-pick is kept in ``best_configs[key]`` and in a JSON disk cache (see :mod:`.cache`), and the
+pick is kept in ``best_configs[key]`` and in a JSON disk cache (see :mod:`.store.cache`), and the
 function is called once more with it; that call's result is returned. Threads calling with one
 key tune it once: the first tunes under the key's lock, the others wait for its pick.
 """
@@ -23,13 +23,13 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import re
 import sys
 import threading
 import warnings
 from typing import Any, Callable, Optional
 
-from . import _callsite, _compat, distributed, engine, frozen, settings
+from . import _callsite, _compat, distributed, engine, frozen, job, settings
+from .function_keys import _ADDRESS, _hashable, _require_value_key, _short, _unhashable
 from .hook_objects import TuningRequest
 from .reporting import report
 from .search import strategy as search
@@ -126,174 +126,148 @@ class AutoTuner:
     # -- tuning -------------------------------------------------------------------------------
 
     def _tune(self, key: Any, args: tuple, kwargs: dict, group: Any, verbose: bool, overwrite: bool) -> dict:
-        import datetime as dt
-
         settings.validate()  # a bad setting fails here, before any work or collective
-        device = _device()
-        method = "wall" if device == "cpu" else "event"  # the whole function, timed as the seed says
-        world = 1
-        rank = 0
+        return job.run(FunctionJob(self, key, args, kwargs, group, verbose, overwrite))
+
+
+class FunctionJob(job.Job):
+    """A miss of a function-level tuner: its picks live in ``best_configs`` and in its JSON cache
+    (``store.cache.FunctionCache``); a candidate is a position in ``config_space``, timed as whole
+    calls of the function, exactly ``N_WARMUP`` + ``N_REPEAT`` of them (as the seed says)."""
+
+    def __init__(self, tuner: AutoTuner, key: Any, args: tuple, kwargs: dict, group: Any, verbose: bool,
+                 overwrite: bool):
+        self.tuner, self.key, self.args, self.kwargs, self.group, self.overwrite = (tuner, key, args, kwargs, group,
+                                                                                    overwrite)
+        self.name, space = tuner.name, tuner.config_space
+        self.device = _device()
+        self.method = "wall" if self.device == "cpu" else "event"  # the whole function, timed as the seed says
+        self.world, self.rank = 1, 0
         if group is not None:
             import torch.distributed as dist
 
-            world, rank = dist.get_world_size(group), dist.get_rank(group)
-        if self._source is None:
-            self._source = describe.source_digest(self.fn)
+            self.world, self.rank = dist.get_world_size(group), dist.get_rank(group)
+        if tuner._source is None:
+            tuner._source = describe.source_digest(tuner.fn)
         # One directory per function name, as the seed API lays it out; same-named functions stay
         # apart through the source digest in each file's key.
-        store = cache.FunctionCache(self.name, self._source, describe.hardware(device, world), self.fn.__name__)
-        reprs = [describe.describe(c) for c in self.config_space]
-        retained = [i for i, c in enumerate(self.config_space) if self.prune_fn is None or
-                    self.prune_fn(c, *args, **kwargs)]
-        if not retained:
-            raise ValueError(f"{self.fn.__qualname__}: prune_fn kept none of the {len(self.config_space)} "
+        self.store = cache.FunctionCache(self.name, tuner._source, describe.hardware(self.device, self.world),
+                                         tuner.fn.__name__)
+        self.reprs = [describe.describe(c) for c in space]
+        self.retained = [i for i, c in enumerate(space) if tuner.prune_fn is None or tuner.prune_fn(c, *args, **kwargs)]
+        if not self.retained:
+            raise ValueError(f"{tuner.fn.__qualname__}: prune_fn kept none of the {len(space)} "
                              f"candidates for key {key!r}; it must keep at least one")
-        if not self._told_address and _ADDRESS.search(repr(key)):
-            self._told_address = True
+        # The candidates themselves, not their positions: equal-length spaces with other values differ.
+        self.labels, self.checks = [self.reprs[i] for i in self.retained], {}
+        if not tuner._told_address and _ADDRESS.search(repr(key)):
+            tuner._told_address = True
             warnings.warn(f"autotune({self.name}): key_fn returned {_short(key)}, whose text holds a memory address; "
                           "it differs in every process, so each process tunes again and writes a new cache file. "
                           "Make key_fn return values that print the same in every run (shapes, ints, str(dtype)).",
                           RuntimeWarning, stacklevel=_callsite.stacklevel())
-        manifest.load_from_env()
-        record = store.load(key, reprs)
-        cached = record["pick"] if record is not None and record["pick"] in retained else None
-        if group is not None:
-            # The candidates themselves, not their positions: equal-length spaces with other values differ.
-            cached = distributed.agree(group, self.name, key, [reprs[i] for i in retained], cached)
-        logger = _logger(verbose and rank == 0)
-        if cached is not None:
-            logger.info("%s: key %r found in the cache: %s", self.name, key, reprs[cached])
-            self.best_configs[key] = self.config_space[cached]
-            return self.config_space[cached]
-        if frozen.mode():  # a miss never times anything: raise, or the nearest key's pick
-            self.best_configs[key] = frozen.on_miss(self.name, key, self.best_configs, self.config_space[0],
-                                                         device=device)
-            return self.best_configs[key]
+        self.logger = _logger(verbose and self.rank == 0)
+        self.request = TuningRequest(self.name, key if _hashable(key) else repr(key), self.device, {}, dict(kwargs))
+        self.lines: list[str] = []
 
-        logger.info("%s: tuning key %r over %d of %d candidates on %s%s", self.name, key, len(retained),
-                    len(self.config_space), device, f" with {world} ranks" if world > 1 else "")
-        request = TuningRequest(self.name, key if _hashable(key) else repr(key), device, {}, dict(kwargs))
-        bar = report.progress_bar(len(retained), self.fn.__qualname__, rank == 0)
-        lines: list[str] = []
+    def read(self) -> Optional[job.Found]:
+        manifest.load_from_env()
+        record = self.store.load(self.key, self.reprs)
+        if record is None or record["pick"] not in self.retained:
+            return None
+        items = [c for c in record.get("candidates", []) if isinstance(c, dict)]
+        return job.Found(record["pick"], {c.get("config"): _stored_ms(c.get("ms")) for c in items},
+                         str(self.store.path(self.key)), [c.get("config") for c in items if c.get("measured")])
+
+    def hit(self, index: int, found: Optional[job.Found]) -> dict:
+        self.logger.info("%s: key %r found in the cache: %s", self.name, self.key, self.reprs[index])
+        self.tuner.best_configs[self.key] = self.tuner.config_space[index]
+        self.request.notes.append(f"pick read from {found.where}" if found is not None else "pick shared by a rank")
+        return self.tuner.config_space[index]
+
+    def frozen_miss(self) -> dict:
+        tuner = self.tuner
+        tuner.best_configs[self.key] = frozen.on_miss(self.name, self.key, tuner.best_configs, tuner.config_space[0],
+                                                      device=self.device)
+        return tuner.best_configs[self.key]
+
+    def tune(self) -> engine.Outcome:
+        tuner, space, reprs, logger = self.tuner, self.tuner.config_space, self.reprs, self.logger
+        logger.info("%s: tuning key %r over %d of %d candidates on %s%s", self.name, self.key, len(self.retained),
+                    len(space), self.device, f" with {self.world} ranks" if self.world > 1 else "")
+        bar = report.progress_bar(len(self.retained), tuner.fn.__qualname__, self.rank == 0)
 
         def make_call(index: int) -> Callable[[], Any]:
-            call_kwargs = {**kwargs, **self.config_space[index]} if not overwrite else {**self.config_space[index],
-                                                                                        **kwargs}
-            return lambda: self.fn(*args, **call_kwargs)
+            call_kwargs = {**self.kwargs, **space[index]} if not self.overwrite else {**space[index], **self.kwargs}
+            return lambda: tuner.fn(*self.args, **call_kwargs)
 
         def on_candidate(index: int, timing: list, reason: Optional[str]) -> None:
             text = f"candidate {index} {reprs[index]}: " + (f"{timing[0]:.4f} ms" if reason is None else
                                                              f"failed: {reason}")
-            lines.append(text)
+            self.lines.append(text)
             logger.info("  %s", text)
             if bar is not None:
                 bar.update(1)
 
         try:
-            # A large space is searched (``search.py``), the candidates compiling on their first call;
+            # A large space is searched (``search/``), the candidates compiling on their first call;
             # a small one is measured whole, each candidate fully.
-            large = len(retained) > search.whole_limit() and settings.value(search.SEARCH_ENV) != "exhaustive"
-            outcome = engine.run_candidates(request, retained, make_call, method=method,
-                                            n_warmup=N_WARMUP, n_repeat=N_REPEAT, group=group,
-                                            on_candidate=on_candidate, screen=engine.Screen() if large else None,
-                                            features=lambda index: dict(self.config_space[index]),
-                                            settled=False)
+            large = len(self.retained) > search.whole_limit() and settings.value(search.SEARCH_ENV) != "exhaustive"
+            return engine.run_candidates(self.request, self.retained, make_call, method=self.method,
+                                         n_warmup=N_WARMUP, n_repeat=N_REPEAT, group=self.group,
+                                         on_candidate=on_candidate, screen=engine.Screen() if large else None,
+                                         features=lambda index: dict(space[index]), settled=False)
         finally:
             if bar is not None:
                 bar.close()
-        best = outcome.best
-        # Observers and the report see the configurations themselves, by their description.
-        named = engine.Outcome(best=reprs[best], timings={reprs[i]: t for i, t in outcome.timings.items()},
+
+    def keep(self, outcome: engine.Outcome) -> dict:
+        self.logger.info("%s: picked candidate %d %s in %.2fs", self.name, outcome.best, self.reprs[outcome.best],
+                         outcome.bench_time)
+        self.tuner.best_configs[self.key] = self.tuner.config_space[outcome.best]  # kept whatever happens on disk
+        return self.tuner.best_configs[self.key]
+
+    def persist(self, outcome: engine.Outcome) -> None:
+        import datetime as dt
+
+        best, reprs = outcome.best, self.reprs
+        try:
+            self.store.store(self.key, {
+                "pick": best, "pick_config": reprs[best], "method": self.method,
+                "bench_time_s": outcome.bench_time, "retained": self.retained,
+                "candidates": [{"index": i, "config": reprs[i], "ms": t if all(map(_finite, t)) else None,
+                                "failure": outcome.failures.get(i), "measured": i in outcome.measured}
+                               for i, t in outcome.timings.items()],
+            })
+        except OSError as exc:  # a full disk, an unwritable directory or a store that is down
+            cache.warn_unwritable(self.name, self.store.dir, self.key, exc)
+        stamp = dt.datetime.now(dt.timezone.utc).isoformat()
+        self.store.log(self.key, f"[{stamp}] {self.name} key={self.key!r} device={self.device} world={self.world}\n"
+                       + "".join(f"  {line}\n" for line in self.lines)
+                       + f"  pick: candidate {best} {reprs[best]} ({outcome.bench_time:.2f}s)\n")
+
+    def record(self, outcome: Optional[engine.Outcome], best: dict, found: Optional[job.Found]) -> None:
+        """Observers and the report see the configurations themselves, by their description."""
+        reprs = self.reprs
+        if outcome is None:  # a hit: the stored entry's timings (another rank's hit: none here)
+            engine.record(self.request, None, describe.describe(best), found.timings if found else {},
+                          method=self.method, cache_hit=True, measured=found.measured if found else None)
+            return
+        named = engine.Outcome(best=reprs[outcome.best], timings={reprs[i]: t for i, t in outcome.timings.items()},
                                failures={reprs[i]: r for i, r in outcome.failures.items()},
                                bench_time=outcome.bench_time, measured=[reprs[i] for i in outcome.measured])
-        engine.record(request, named, named.best, named.timings, method=method, cache_hit=False)
-        logger.info("%s: picked candidate %d %s in %.2fs", self.name, best, reprs[best], outcome.bench_time)
-        self.best_configs[key] = self.config_space[best]  # kept whatever happens on disk
-        if distributed.writes_cache(group):
-            try:
-                store.store(key, {
-                    "pick": best, "pick_config": reprs[best], "method": method,
-                    "bench_time_s": outcome.bench_time, "retained": retained,
-                    "candidates": [{"index": i, "config": reprs[i], "ms": t if all(map(_finite, t)) else None,
-                                    "failure": outcome.failures.get(i), "measured": i in outcome.measured}
-                                   for i, t in outcome.timings.items()],
-                })
-            except OSError as exc:  # a full disk, an unwritable directory or a store that is down
-                cache.warn_unwritable(self.name, store.dir, key, exc)
-            stamp = dt.datetime.now(dt.timezone.utc).isoformat()
-            store.log(key, f"[{stamp}] {self.name} key={key!r} device={device} world={world}\n"
-                      + "".join(f"  {line}\n" for line in lines)
-                      + f"  pick: candidate {best} {reprs[best]} ({outcome.bench_time:.2f}s)\n")
-        return self.config_space[best]
+        engine.record(self.request, named, named.best, named.timings, method=self.method, cache_hit=False)
+
+
+def _stored_ms(ms: Any) -> list:
+    """A stored candidate's ``ms`` as ``[p50, p20, p80]`` (a failed one: infinity)."""
+    if isinstance(ms, (list, tuple)) and len(ms) == 3:
+        return list(ms)
+    return [float("inf")] * 3
 
 
 def _finite(x: float) -> bool:
     return x == x and x not in (float("inf"), float("-inf"))
-
-
-_ADDRESS = re.compile(r"\bat 0x[0-9a-fA-F]{4,}")  # the default repr of an object: <... object at 0x7f...>
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 200 else text[:200] + "..."
-
-
-def _unhashable(name: str, key: Any, exc: TypeError) -> str:
-    return (f"autotune({name}): key_fn returned {_short(key)} (a {type(key).__name__}), which cannot be a cache key "
-            f"({exc}); make key_fn return a tuple of hashable values instead, for example tuple(x.shape) rather "
-            "than list(x.shape)")
-
-
-def _require_value_key(name: str, key: Any, again: Callable[[], Any]) -> None:
-    """A key must compare by value: one that hashes by identity (a tensor, an object without value
-    equality) is new at every call, so every call would tune again and write a new cache entry.
-    Asked on a miss only: ``key_fn`` is called once more with the same arguments and must give
-    an equal key with the same hash; a tensor is refused outright (a one-element tensor compares
-    equal to another, yet hashes by identity)."""
-    leaf = _identity_leaf(key)
-    if leaf is None:
-        second = again()
-        try:
-            if second == key and hash(second) == hash(key):
-                return
-        except Exception:  # noqa: BLE001 - a comparison that raises (a tensor's) is no value equality
-            pass
-        leaf = _identity_leaf(second, loose=True) or key
-    raise TypeError(f"autotune({name}): key_fn returned {_short(key)}, which "
-                    + (f"holds a {type(leaf).__name__}, which " if leaf is not key else "")
-                    + "compares and hashes by identity: every call makes a new key, so every call would tune "
-                    "again and write a new cache entry. Make key_fn return values that compare by value, for "
-                    "example tuple(x.shape), x.numel() or str(x.dtype), rather than a tensor or an object")
-
-
-def _identity_leaf(key: Any, loose: bool = False) -> Any:
-    """The first value in ``key`` that compares by identity, or None: a tensor, a float NaN, or
-    an object with neither value equality nor a text of its own (a handle made per call: nothing
-    tells it from a long-lived one, and its text differs in every process; ``loose``: any value
-    without value equality). Singletons such as ``torch.float16`` or None pass."""
-    torch = sys.modules.get("torch")
-    todo = [key]
-    while todo:
-        value = todo.pop(0)
-        kind = type(value)
-        if isinstance(value, (tuple, frozenset)):
-            todo.extend(value)
-        elif torch is not None and isinstance(value, torch.Tensor):
-            return value
-        elif isinstance(value, float) and value != value:  # NaN equals nothing: found again by identity only
-            return value
-        elif kind.__eq__ is object.__eq__ and (loose or kind.__repr__ is object.__repr__):
-            return value
-    return None
-
-
-def _hashable(key: Any) -> bool:
-    try:
-        hash(key)
-        return True
-    except TypeError:
-        return False
 
 
 def _logger(verbose: bool) -> logging.Logger:

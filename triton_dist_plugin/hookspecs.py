@@ -33,7 +33,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def tdp_generate_configs(request):
     """Called when a ``@triton.autotune(configs=[])`` kernel needs candidates for a new key.
 
-    :param request: the :class:`~triton_dist_plugin.requests.TuningRequest` (kernel, key,
+    :param request: the :class:`~triton_dist_plugin.TuningRequest` (kernel, key,
         named arguments, launch keywords, device).
     :returns: a non-empty list of ``triton.Config``, or None to let the next implementation
         decide. Stops at the first non-None result. An implementation may set
@@ -49,7 +49,7 @@ def tdp_prune_configs(request, configs):
 
     Implementations are applied in turn: each receives the list the previous one kept.
 
-    :param request: the :class:`~triton_dist_plugin.requests.TuningRequest`.
+    :param request: the :class:`~triton_dist_plugin.TuningRequest`.
     :param configs: the candidates still in the running (a list of ``triton.Config``).
     :returns: the list to keep (a subset, in any order), or None for no opinion. Returning an
         empty list is an error: pruning must never leave zero candidates silently.
@@ -73,7 +73,7 @@ def tdp_rank_candidates(request, candidates):
     disagree (see ``search/guided.py``); ``request.model`` then tells how it went (kept, screened,
     the rank correlation, and whether the best screened was among those kept: the recall).
 
-    :param request: the :class:`~triton_dist_plugin.requests.TuningRequest`.
+    :param request: the :class:`~triton_dist_plugin.TuningRequest`.
     :param candidates: the candidates, in their given order.
     :returns: one number per candidate, in that order: a predicted time in any unit (lower is
         faster; ``inf``: predicted not to run), or None for no opinion (then every candidate is
@@ -92,7 +92,7 @@ def tdp_search(request, candidates, evaluate, space, screen):
     The built-in (``tdp.search``, ``trylast``) is ``halving`` or ``optuna``
     (``TRITON_DIST_AUTOTUNE_SEARCH``; see ``search.py``).
 
-    :param request: the :class:`~triton_dist_plugin.requests.TuningRequest`; ``request.prior``
+    :param request: the :class:`~triton_dist_plugin.TuningRequest`; ``request.prior``
         holds the nearest tuned key's candidates, fastest first (a warm start), or None, and
         ``request.prior_unseen`` those that key's space did not hold (nothing is known of them);
         ``request.ranking`` what ``tdp_rank_candidates`` predicted (or None); append to
@@ -129,7 +129,7 @@ def tdp_time_candidate(request):
     Not called for a kernel that passed its own ``do_bench=`` to ``triton.autotune``: that one
     wins, as upstream.
 
-    :param request: the :class:`~triton_dist_plugin.requests.CandidateRequest`: ``call()`` runs
+    :param request: the :class:`~triton_dist_plugin.CandidateRequest`: ``call()`` runs
         the candidate once (pre/post hooks, ``reset_to_zero`` and ``restore_value`` included),
         ``config``, ``kernel_name``, ``key``, ``n_warmup``/``n_repeat`` (None: the method's
         default), ``device`` (``"cuda"``, ``"npu"``, ``"cpu"``), ``method`` (the resolved
@@ -144,7 +144,7 @@ def tdp_time_candidate(request):
 def tdp_reduce_timings(request, timings, group):
     """Called after every candidate was timed, to agree on timings across ranks.
 
-    :param request: the :class:`~triton_dist_plugin.requests.TuningRequest`.
+    :param request: the :class:`~triton_dist_plugin.TuningRequest`.
     :param timings: ``{config: [p50, p20, p80]}`` as measured by this process, in the order
         the candidates were timed (the same on every rank).
     :param group: the ``torch.distributed`` process group tuning together, or None when this
@@ -176,7 +176,7 @@ def tdp_cache_get(entry):
     mode's nearest key, ``triton-dist-tune`` list/show/export/clear, manifest import) and the
     ``.log`` beside a function-level entry read and write the local cache directory only.
 
-    :param entry: the :class:`~triton_dist_plugin.requests.CacheEntry`: ``kind`` (``"kernel"``
+    :param entry: the :class:`~triton_dist_plugin.CacheEntry`: ``kind`` (``"kernel"``
         or ``"function"``), ``name``, ``digest`` (a stable id of the source, hardware and key) and
         ``path`` (the built-in file store's place for it). Stores on other media key on
         ``(kind, name, digest)``.
@@ -193,7 +193,7 @@ def tdp_cache_put(entry, record):
     Under a tuning group only the agreed pick is stored, once per group: rank 0 of the group
     calls this; the other ranks agree on its hit at their next start.
 
-    :param entry: the :class:`~triton_dist_plugin.requests.CacheEntry` (as for ``tdp_cache_get``).
+    :param entry: the :class:`~triton_dist_plugin.CacheEntry` (as for ``tdp_cache_get``).
     :param record: the entry as a JSON object (a dict of JSON types); ``tdp_cache_get`` must
         return an equal one.
     :returns: ignored. A store that cannot keep the record raises ``OSError`` (or a subclass):
@@ -215,7 +215,7 @@ def tdp_on_tuned(record):
 
     For observers (logs, progress, reports); the return value is ignored.
 
-    :param record: the :class:`~triton_dist_plugin.requests.TuningRecord`: kernel name, key,
+    :param record: the :class:`~triton_dist_plugin.TuningRecord`: kernel name, key,
         every candidate's timing and failure reason, which candidates were measured fully
         (``measured``; the others hold a short screening round's time), the pick, how long tuning
         took, whether the result came from the disk cache, and the timing method. Kernel-level

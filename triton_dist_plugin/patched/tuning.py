@@ -11,43 +11,166 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .. import _compat, distributed, engine, failures, frozen, policy, settings, timing
+from .. import _compat, distributed, engine, failures, frozen, job, timing
 from ..compiling.precompile import never_timed
 from ..hook_objects import TuningRequest
 from ..isolation import isolate, isolate_source
 from ..reporting import report
 from ..search import strategy as search
-from ..store import cache, describe, keys, persist
+from ..store import cache, describe, persist
 from . import accuracy
 from .accuracy import accuracy_check_enabled
 from .benchmarker import screen_for, user_do_bench
-from .candidates import agree, call_hooks, compile_all, make_call_factory, split_launch
+from .candidates import call_hooks, compile_all, make_call_factory, split_launch
 from .kernel_state import KernelState
+from .warm_start import warm_start
+
+
+class _KeepFirst(Exception):
+    """Every candidate failed as upstream times a failure (infinitely slow): as upstream, the
+    first is kept (in memory only) and its launch raises what stopped it, which code may catch."""
 
 
 def bench_and_record(instance: Any, state: KernelState, request: TuningRequest, key: tuple, args: tuple,
                      kwargs: dict, named: dict, configs: list) -> Any:
-    """Time ``configs`` (``named``: every kernel argument of the launch, by name) and keep the pick."""
-    method = timing.resolve_method(request.device)
-    pre, post = call_hooks(instance)
-    make_call = make_call_factory(instance, state, args, kwargs, pre, post)
-    outcome = None
-    group = distributed.kernel_group()
-    # Keyed on every check it is made with: a pick stored without the accuracy check or isolation
-    # is never reused with them.
-    store = persist.KernelStore(state.name, instance.fn, request.device, distributed.world_size(group), configs,
-                                method, accuracy_check_enabled(instance), isolate.enabled(state.generate)) \
-        if persist.enabled(instance) else None
-    found = store.read(key, configs) if store is not None else None
-    stored = agree(group, state, key, configs, found[0] if found is not None else None,
-                   {"accuracy": accuracy_check_enabled(instance), "isolated": isolate.enabled(state.generate)})
+    """Time ``configs`` (``named``: every kernel argument of the launch, by name) and keep the pick:
+    the one tuning job (``job.run``), but where upstream's own disk cache (``cache_results``) is in
+    charge: its flow then, with the engine as its benchmark."""
+    miss = KernelJob(instance, state, request, key, args, kwargs, named, configs)
+    try:
+        # Tuning together, a disk-cache hit on one rank and a miss on another would hang the others:
+        # the group always takes the job's path (and the slowest rank decides).
+        if miss.group is None and getattr(instance, "cache_results", False) and hasattr(instance, "check_disk_cache"):
+            cache_hit = bool(instance.check_disk_cache(key, configs, miss.bench))
+            miss.record(None if cache_hit else miss.outcome, instance.cache[key], None)
+            return instance.cache[key]
+        return job.run(miss)
+    except _KeepFirst:
+        instance.cache[key] = configs[0]
+        return configs[0]
 
-    def reset_only(config: Any) -> None:
+
+class KernelJob(job.Job):
+    """A miss of a patched ``Autotuner``: its picks live in upstream's attributes (``cache``,
+    ``configs_timings``, ``bench_time``) and in the kernel-level store (``persist``)."""
+
+    def __init__(self, instance: Any, state: KernelState, request: TuningRequest, key: tuple, args: tuple,
+                 kwargs: dict, named: dict, configs: list):
+        self.instance, self.state, self.request, self.key = instance, state, request, key
+        self.args, self.kwargs, self.named, self.configs = args, kwargs, named, configs
+        self.name, self.labels, self.group = state.name, [str(c) for c in configs], distributed.kernel_group()
+        self.method = timing.resolve_method(request.device)
+        self.pre, post = call_hooks(instance)
+        self.make_call = make_call_factory(instance, state, args, kwargs, self.pre, post)
+        self.checks = {"accuracy": accuracy_check_enabled(instance), "isolated": isolate.enabled(state.generate)}
+        self.outcome: Any = None
+        # Keyed on every check it is made with: a pick stored without the accuracy check or isolation
+        # is never reused with them.
+        self.store = persist.KernelStore(state.name, instance.fn, request.device,
+                                         distributed.world_size(self.group), configs, self.method,
+                                         self.checks["accuracy"], self.checks["isolated"]) \
+            if persist.enabled(instance) else None
+
+    def read(self) -> Any:
+        found = self.store.read(self.key, self.configs) if self.store is not None else None
+        return job.Found(*found) if found is not None else None
+
+    def reset_only(self, config: Any) -> None:
         # Upstream's own dict, in its order: positional arguments, launch keywords, the pick's.
-        pre({**dict(zip(state.arg_names, args)), **kwargs, **state.launch_kwargs(config)}, reset_only=True)
+        self.pre({**dict(zip(self.state.arg_names, self.args)), **self.kwargs, **self.state.launch_kwargs(config)},
+                 reset_only=True)
 
-    def bench():
-        nonlocal outcome
+    def hit(self, index: int, found: Any) -> Any:
+        """Tuned before, in this process or another (or on another rank): nothing is timed, and
+        upstream's attributes read as after a tuning (the stored timings; another rank's hit: none)."""
+        instance, config = self.instance, self.configs[index]
+        instance.cache[self.key] = config
+        instance.configs_timings = dict(found.timings) if found is not None else {}
+        instance.bench_time = 0.0
+        self.reset_only(config)
+        self.request.notes.append(f"pick read from {found.where}" if found is not None else "pick shared by a rank")
+        return config
+
+    def frozen_miss(self) -> Any:
+        instance, state, key, configs = self.instance, self.state, self.key, self.configs
+        near = self.store.nearest_pick(key, configs) if self.store is not None else None  # from the index: no scan
+        # Keys tuned in this process, not those given a substitute in frozen mode (no chain of guesses).
+        tuned = {**({near[0]: near[1]} if near is not None else {}),
+                 **{k: c for k, c in instance.cache.items() if k not in state.substituted}}
+        config = frozen.on_miss(state.name, key, tuned, configs[0], instance, self.request.device)
+        instance.cache[key] = _from_first(self.group, config, [*configs, *tuned.values()], state.name)
+        state.substituted.add(key)
+        return instance.cache[key]
+
+    def tune(self) -> engine.Outcome:
+        try:
+            self.bench()
+        except failures.NoValidConfig as exc:
+            if not failures.all_upstream_failures(exc.failures):
+                raise
+            raise _KeepFirst() from None
+        return self.outcome
+
+    def keep(self, outcome: engine.Outcome) -> Any:
+        return self.instance.cache[self.key]  # set by ``bench``, as upstream's own flow sets it
+
+    def persist(self, outcome: engine.Outcome) -> None:
+        if self.store is not None:
+            _persist(self.store, self.state, self.key, outcome, self.method, self.request)
+
+    def record(self, outcome: Any, best: Any, found: Any) -> None:
+        instance, cache_hit = self.instance, outcome is None
+        timings = getattr(instance, "configs_timings", None) or {}
+        # The record holds [p50, p20, p80] lists; configs_timings keeps what the benchmarker returned.
+        listed = outcome.timings if outcome is not None else {
+            c: list(t) if isinstance(t, (list, tuple)) else [t] * 3 for c, t in timings.items()}
+        # A hit's record tells the stored full measurements from the screening rounds, as a tuning's does.
+        engine.record(self.request, outcome, best, listed, method=self.method, cache_hit=cache_hit,
+                      measured=found.measured if found is not None else None)
+        listener = _compat.autotuning_listener()
+        if listener is not None:
+            listener(fn=_compat.jit_function(instance.fn), key=self.key, best_config=best, configs_timings=timings,
+                     duration=None if cache_hit else outcome.bench_time, cache_hit=cache_hit)
+
+    def bench(self) -> None:
+        """Ready and time the candidates, and set upstream's attributes from the outcome (also
+        upstream's ``check_disk_cache``'s benchmark)."""
+        instance, state, request, key, configs, group = (self.instance, self.state, self.request, self.key,
+                                                         self.configs, self.group)
+        prepare, gate = self.readying()
+        do_bench = user_do_bench(instance)
+        bar, seen = report.progress_bar(len(configs), state.name, not distributed.rank(group)), set()
+
+        def advance(config, timing, reason):  # each candidate once, whatever round timed it
+            if id(config) not in seen:
+                seen.add(id(config))
+                bar.update(1)
+
+        request.prior, request.prior_key, request.prior_unseen = warm_start(state, self.store, key, configs, group)
+        try:
+            self.outcome = outcome = engine.run_candidates(
+                request, configs, self.make_call, method=self.method, do_bench=do_bench, group=group,
+                screen=screen_for(instance, do_bench), upstream_errors=True,
+                on_candidate=advance if bar is not None else None, prepare=prepare,
+                anchor=(lambda: gate.anchor(group)) if gate else None)
+        finally:
+            if bar is not None:
+                bar.close()
+        if gate is not None:
+            gate.finish()
+        whole = len(configs) <= search.whole_limit()
+        state.rankings[key] = ([describe.describe(c) for c in search.ranked(outcome.timings)],
+                               [describe.describe(c) for c in configs] if whole else None)
+        instance.bench_time = outcome.bench_time
+        instance.configs_timings = {c: failures.raw(t) for c, t in outcome.timings.items()}
+        instance.cache[key] = outcome.best
+        self.reset_only(outcome.best)
+
+    def readying(self) -> tuple:
+        """``(prepare, gate)``: the engine's ``prepare`` (compile a step, run it in the isolation
+        worker, check its results), and the accuracy check's ``Gate`` (None where it is off)."""
+        instance, state, request, configs = self.instance, self.state, self.request, self.configs
+        args, kwargs, named, group, make_call = self.args, self.kwargs, self.named, self.group, self.make_call
         worker, runs = _isolation(instance, state, args, kwargs, configs, request)  # runs candidates as they compile
         position = {id(c): i for i, c in enumerate(configs)}
 
@@ -90,81 +213,7 @@ def bench_and_record(instance: Any, state: KernelState, request: TuningRequest, 
             wrong = gate.check(subset, {**failed, **unsafe}) if gate is not None else {}
             return {**skipped, **unsafe, **wrong}
 
-        do_bench = user_do_bench(instance)
-        bar, seen = report.progress_bar(len(configs), state.name, not distributed.rank(group)), set()
-
-        def advance(config, timing, reason):  # each candidate once, whatever round timed it
-            if id(config) not in seen:
-                seen.add(id(config))
-                bar.update(1)
-
-        request.prior, request.prior_key, request.prior_unseen = warm_start(state, store, key, configs, group)
-        try:
-            outcome = engine.run_candidates(request, configs, make_call, method=method, do_bench=do_bench,
-                                            group=group, screen=screen_for(instance, do_bench),
-                                            upstream_errors=True, on_candidate=advance if bar is not None else None,
-                                            prepare=prepare, anchor=(lambda: gate.anchor(group)) if gate else None)
-        finally:
-            if bar is not None:
-                bar.close()
-        if gate is not None:
-            gate.finish()
-        whole = len(configs) <= search.whole_limit()
-        state.rankings[key] = ([describe.describe(c) for c in search.ranked(outcome.timings)],
-                               [describe.describe(c) for c in configs] if whole else None)
-        instance.bench_time = outcome.bench_time
-        instance.configs_timings = {c: failures.raw(t) for c, t in outcome.timings.items()}
-        instance.cache[key] = outcome.best
-        reset_only(outcome.best)
-
-    cache_hit = False
-    # Tuning together, a disk-cache hit on one rank and a miss on another would hang the others:
-    # the group always tunes (and the slowest rank decides).
-    if group is None and getattr(instance, "cache_results", False) and hasattr(instance, "check_disk_cache"):
-        cache_hit = bool(instance.check_disk_cache(key, configs, bench))
-    elif stored is not None:  # tuned before, in this process or another: nothing is timed
-        instance.cache[key] = configs[stored]
-        # Upstream's attributes as after a tuning: the stored timings (another rank's hit: none here).
-        instance.configs_timings = dict(found[1]) if found is not None and found[0] == stored else {}
-        instance.bench_time = 0.0
-        reset_only(configs[stored])
-        request.notes.append(f"pick read from {found[2]}" if found is not None and found[0] == stored else
-                             "pick shared by a rank")
-        cache_hit = True
-    elif frozen.mode():  # a miss never times anything: raise, or launch the nearest key's pick
-        near = store.nearest_pick(key, configs) if store is not None else None  # from the index: no scan
-        # Keys tuned in this process, not those given a substitute in frozen mode (no chain of guesses).
-        tuned = {**({near[0]: near[1]} if near is not None else {}),
-                 **{k: c for k, c in instance.cache.items() if k not in state.substituted}}
-        config = frozen.on_miss(state.name, key, tuned, configs[0], instance, request.device)
-        instance.cache[key] = _from_first(group, config, [*configs, *tuned.values()], state.name)
-        state.substituted.add(key)
-        return instance.cache[key]
-    else:
-        try:
-            bench()
-        except failures.NoValidConfig as exc:
-            if not failures.all_upstream_failures(exc.failures):
-                raise
-            # As upstream: every candidate infinitely slow, the first is kept (in memory only) and
-            # its launch raises what stopped it (OutOfResources, say), which code may catch.
-            instance.cache[key] = configs[0]
-            return configs[0]
-        if store is not None and distributed.writes_cache(group):
-            _persist(store, state, key, outcome, method, request)
-    best = instance.cache[key]
-    timings = getattr(instance, "configs_timings", None) or {}
-    # The record holds [p50, p20, p80] lists; configs_timings keeps what the benchmarker returned.
-    listed = outcome.timings if outcome is not None else {
-        c: list(t) if isinstance(t, (list, tuple)) else [t] * 3 for c, t in timings.items()}
-    # A hit's record tells the stored full measurements from the screening rounds, as a tuning's does.
-    engine.record(request, outcome, best, listed, method=method, cache_hit=cache_hit,
-                  measured=found[3] if cache_hit and found is not None and found[0] == stored else None)
-    listener = _compat.autotuning_listener()
-    if listener is not None:
-        listener(fn=_compat.jit_function(instance.fn), key=key, best_config=best, configs_timings=timings,
-                 duration=None if cache_hit else outcome.bench_time, cache_hit=cache_hit)
-    return best
+        return prepare, gate
 
 
 def _from_first(group: Any, config: Any, known: list, name: str) -> Any:
@@ -208,39 +257,6 @@ def _isolation(instance: Any, state: KernelState, args: tuple, kwargs: dict, con
     worker = isolate.worker()
     worker.prepare(instance.fn, type(instance.fn).__name__, args, launch)
     return worker, runs
-
-
-def warm_start(state: KernelState, store: Any, key: tuple, configs: list, group: Any) -> tuple:
-    """``(prior, prior_key, unseen)``: ``configs`` as the nearest tuned key ranked them (fastest
-    first), from this process's tunings and the nearest key on disk (found through its folder's
-    index, not by reading every entry), and those of ``configs`` that key's space did not hold
-    where it was small enough to be kept (``configs=[]`` generates per shape: nothing is known of
-    the others); ``(None, None, [])`` when no tuned key is near
-    (``keys.nearest``: same non-numeric parts, closest shapes; and within
-    ``Policy.warm_distance``: shapes at most 16 times apart in all), or with
-    ``TRITON_DIST_AUTOTUNE_WARM_START=0``. Under a group every rank takes the group's rank 0's
-    (the rank that writes the picks to disk, so the one that holds them)."""
-    prior = near = None
-    unseen: list = []
-    if settings.value(search.WARM_ENV):
-        stored = store.nearest_ranking(key) if store is not None else None  # the nearest on disk, from its index
-        tuned = {**({stored[0]: stored[1]} if stored is not None else {}), **state.rankings}
-        tuned.pop(key, None)
-        near = keys.nearest(list(tuned), key)
-        if near is not None and keys.distance(near, key) <= policy.current().warm_distance:
-            by_name = {describe.describe(c): c for c in configs}
-            ranking, held = tuned[near]
-            prior = [by_name[d] for d in ranking if d in by_name] or None
-            if prior and held is not None:
-                held = set(held)
-                unseen = [c for d, c in by_name.items() if d not in held]
-    if group is not None:  # the ranks tune the same candidates (checked): rank 0's ranking, by position
-        position = {id(c): i for i, c in enumerate(configs)}
-        shared = distributed.from_first(group, [[position[id(c)] for c in prior or []], repr(near) if prior else None,
-                                                [position[id(c)] for c in unseen]],
-                                        f"sharing a warm start for {state.name}")
-        prior, near, unseen = [configs[i] for i in shared[0]] or None, shared[1], [configs[i] for i in shared[2]]
-    return prior, (near if prior else None), (unseen if prior else [])
 
 
 def _isolated(worker: Any, request: TuningRequest, configs: list, runs: dict, failed: dict) -> dict:

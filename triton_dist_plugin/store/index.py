@@ -25,70 +25,28 @@ process keeps what it read while the directory is unchanged.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import os
-import re
-import struct
 import sys
-import time
 import warnings
 from array import array
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack
 from itertools import repeat
 from operator import add, sub
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from .. import _callsite
-from . import describe, keys, records
 from . import index_files as files
-from .safe_files import TooLarge, clean, locked, open_directory, read_at, subdirectory
+from .index_catchup import _STEP, FOLDER, _index_folder, _rebuild, _state, _warn, refresh  # noqa: F401
+from .index_files import ENTRY_LIMIT, identity, pick_digest, row_of  # noqa: F401
+from .safe_files import locked, open_directory
 
-FOLDER = ".index"
-ENTRY_LIMIT = 32 << 20  # the most bytes an entry file may hold
-_ENTRY = re.compile(r"[0-9a-f]{32}\.json")
 _SWAP = sys.byteorder == "big"  # rows are little-endian on every host
 _SKIPS = 8  # rows whose pick is none of the candidates passed over one by one before all are filtered
 #: the longest a lookup spends indexing entries the index lacks (the next lookup goes on from there)
 CATCH_UP_S = 0.05
-_STEP = 16  # ...but always indexes this many, so that it gets there however long listing the directory takes
-_pending: dict = {}  # folder -> the entries this process listed and has not indexed yet (a catch-up under way)
-_deferred: dict = {}  # folder -> entries this process could not read now (left to the next, or a change)
 _memo: dict = {}  # folder -> (directory state, {id: (numbers per key, rows)}, every id loaded, caught up)
-_warned: set = set()
 _told: set = set()  # folders whose catch-up this process has announced
-_LATER = object()  # an entry that cannot be read now
-
-
-def identity(kernel: Any, source: Any, hardware: Any, context: Any, signature: tuple) -> str:
-    """Which index file holds a key: the keys of one kernel, source, hardware and setting (any
-    candidates: pruning depends on the key) that share a signature."""
-    setting = {k: v for k, v in context.items() if k != "configs"} if isinstance(context, dict) else context
-    text = json.dumps([kernel, source, hardware, setting, list(signature)], sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def pick_digest(text: str) -> int:
-    """A pick's description as the 8 bytes a row holds (read back as a little-endian int64)."""
-    return int.from_bytes(hashlib.sha256(text.encode("utf-8", "backslashreplace")).digest()[:8], "little", signed=True)
-
-
-def row_of(record: dict, name: str) -> Optional[tuple[str, int, bytes]]:
-    """``(index id, numbers per key, row)`` of an entry named ``name``; None where its key is no
-    tuple of bounded numbers and comparable parts, or the name is not an entry's."""
-    key = keys.parse(record.get("key"))
-    signature = keys.signature(key)
-    if signature is None or not _ENTRY.fullmatch(name) or not isinstance(record.get("pick_config"), str):
-        return None
-    vector = keys.vector(key)
-    if not all(math.isfinite(v) for v in vector):
-        return None
-    ident = identity(record.get("kernel"), record.get("source"), record.get("hardware"), record.get("context"),
-                     signature)
-    digest = pick_digest(record["pick_config"]).to_bytes(8, "little", signed=True)
-    return ident, len(vector), struct.pack(f"<{len(vector)}d", *vector) + digest + bytes.fromhex(name[:32])
 
 
 # -- reading -------------------------------------------------------------------------------------
@@ -155,11 +113,6 @@ def _ranked(rows: bytes, dims: int, vector: tuple, picks: Optional[set]) -> Iter
         yield best, rows[start: start + 16].hex() + ".json"
 
 
-def _state(fd: int) -> tuple[int, int]:
-    st = os.fstat(fd)
-    return st.st_mtime_ns, st.st_ino
-
-
 def _current(fd: int, folder: Path, ident: str) -> Optional[tuple[int, bytes]]:
     """The rows of ``ident`` as the directory holds now: from this process's memory, the index
     file when its stamp matches, else after bringing the index up to date, for at most
@@ -190,23 +143,6 @@ def _current(fd: int, folder: Path, ident: str) -> Optional[tuple[int, bytes]]:
     return tables.get(ident)
 
 
-@contextmanager
-def _index_folder(fd: int, folder: Path, create: bool, quiet: bool = False) -> Iterator[Optional[int]]:
-    """The index folder's descriptor, made if ``create``; ``quiet``: None where it is absent or
-    cannot be opened (a plant in its place, another user's), else that error."""
-    try:
-        ix = subdirectory(fd, FOLDER, folder / FOLDER, create)
-    except OSError:
-        if quiet:
-            yield None
-            return
-        raise
-    try:
-        yield ix
-    finally:
-        os.close(ix)
-
-
 def update(folder: Path, root: Optional[Path] = None) -> list:
     """Bring the index of ``folder`` up to date now, every entry it lacks read, those it could
     not index before read again (one read while it was being copied, say); the names of those it
@@ -220,107 +156,6 @@ def update(folder: Path, root: Optional[Path] = None) -> list:
                 return sorted(files.unusable(ix))
         except OSError as exc:
             raise OSError(f"cannot write the index of {folder}: {exc}") from exc
-
-
-def refresh(fd: int, folder: Path, budget: Optional[float] = None) -> tuple[dict, bool]:
-    """Index the entries of the open directory ``fd`` the index lacks (for about ``budget``
-    seconds at most, if given) and drop those gone, under the index's lock where it can be written
-    (else in memory only, and all of them: nothing would keep the progress); ``({id: (numbers,
-    rows)}, whether the index has caught up with the directory)``."""
-    try:
-        with ExitStack() as stack:
-            ix = stack.enter_context(_index_folder(fd, folder, create=True))
-            stack.enter_context(locked(ix, "index", folder / FOLDER / "index"))
-            return _rebuild(fd, folder, ix, write=True, budget=budget)
-    except OSError as exc:  # read-only, or a plant in the index's place: this process only
-        _warn(folder, exc)
-    with _index_folder(fd, folder, create=False, quiet=True) as ix:
-        return _rebuild(fd, folder, ix, write=False)
-
-
-def _rebuild(fd: int, folder: Path, ix: Optional[int], write: bool,
-             budget: Optional[float] = None, retry: bool = False) -> tuple[dict, bool]:
-    """The index of the open directory ``fd`` as it is now: its rows of entries still there, and
-    a row for each entry it lacks that can be indexed (those read within ``budget`` seconds);
-    written back when ``write`` (the stamp only once it has caught up); and whether it has. A
-    catch-up this process began goes on from its own listing (``_pending``): listing a folder of
-    a hundred thousand entries costs more than the budget itself, which counts from after it. An
-    entry that cannot be read now (another user's, say) is tried again by the next process, or
-    when the folder changes, not by every lookup of this one. ``retry``: read again those found
-    unusable before."""
-    state = _state(fd)  # taken before the listing: a change after it gives the directory another mtime
-    loaded, changed = files.load_all(ix)
-    unusable = set() if retry else files.unusable(ix)
-    deferred = _deferred.setdefault(str(folder), set())
-    queue = _pending.pop(str(folder), None) if budget is not None and write else None
-    if queue:
-        tables, todo, listed_now = dict(loaded), queue, False
-    else:
-        present = _listing(fd)
-        tables, have = {}, set()
-        for ident, (dims, rows) in loaded.items():
-            listed = files.names(rows, dims)
-            if not present.issuperset(listed) or len(set(listed)) != len(listed):  # removed, or written again
-                size, last = files.row_size(dims), {n: i for i, n in enumerate(listed)}
-                rows = b"".join(rows[i * size: (i + 1) * size] for i, n in enumerate(listed)
-                                if n in present and last[n] == i)
-                changed.add(ident)
-            tables[ident] = (dims, rows)
-            have.update(listed)
-        unusable &= present
-        todo, listed_now = list(present - have - unusable - deferred), True
-    known = -1 if retry else len(unusable)
-    grown: dict = {}
-    done = 0
-    started = time.perf_counter()
-    for done, name in enumerate(todo, 1):
-        made = _row_from_file(fd, folder, name)
-        if made is None:
-            unusable.add(name)
-        elif made is _LATER:
-            deferred.add(name)
-        elif tables.get(made[0], (made[1],))[0] == made[1]:
-            grown.setdefault(made[0], (made[1], bytearray()))[1].extend(made[2])
-        if budget is not None and done >= _STEP and time.perf_counter() - started > budget:
-            break
-    if done < len(todo):
-        _pending[str(folder)] = todo[done:]  # the next lookup goes on from here
-    caught_up = listed_now and done == len(todo)
-    for ident, (dims, rows) in grown.items():
-        tables[ident] = (dims, tables.get(ident, (dims, b""))[1] + bytes(rows))
-        changed.add(ident)
-    if write and ix is not None:
-        clean(ix)  # the temporaries of an index writer that died
-        for ident in changed:
-            if ident in tables:
-                files.write_table(ix, ident, *tables[ident])
-            else:  # damaged, and none of its entries is left
-                with suppress(FileNotFoundError):
-                    os.unlink(f"{ident}.idx", dir_fd=ix)
-        if len(unusable) != known:
-            files.replace(ix, "unusable", "".join(f"{n}\n" for n in sorted(unusable)).encode())
-        if caught_up:
-            files.replace(ix, "stamp", files.STAMP.pack(*state))
-    return tables, caught_up
-
-
-def _listing(fd: int) -> set:
-    """The entry files of the open directory (not their lock files, which are as many)."""
-    return {n for n in os.listdir(fd) if len(n) == 37 and n.endswith(".json") and _ENTRY.fullmatch(n)}
-
-
-def _row_from_file(fd: int, folder: Path, name: str) -> Any:
-    """The row of a valid entry at its own place; None for one that is not, or too large (it is
-    read once); ``_LATER`` for one that cannot be read now (another user's, say: tried again)."""
-    try:
-        record = records.check(records.parse(read_at(fd, name, folder / name, ENTRY_LIMIT)), "kernel")
-        if describe.entry_digest(record["source"], record["hardware"], record["key"], record["context"]) != name[:32]:
-            return None
-    except (records.RecordError, TooLarge):
-        return None
-    except OSError:
-        return _LATER
-    return row_of(record, name)
 
 
 def put(path: Path, root: Optional[Path], record: dict, write: Callable[[], None]) -> None:
@@ -353,8 +188,3 @@ def put(path: Path, root: Optional[Path], record: dict, write: Callable[[], None
             _warn(folder, exc)
 
 
-def _warn(folder: Path, exc: OSError) -> None:
-    if str(folder) not in _warned:
-        _warned.add(str(folder))
-        warnings.warn(f"cannot keep the index of the autotune cache {folder} ({exc}); a new key of this kernel "
-                      "reads its entries once per process instead", RuntimeWarning, stacklevel=3)

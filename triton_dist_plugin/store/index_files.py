@@ -12,6 +12,9 @@ past the limit; a torn last row is left out.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 import os
 import re
 import struct
@@ -19,6 +22,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, Optional
 
+from . import keys
 from .safe_files import open_at, read_at, temporary_name
 
 MAGIC = b"TDPKEYS1"
@@ -28,6 +32,7 @@ LIMIT = 1 << 30  # the most bytes an index file may hold (tens of millions of ke
 MAX_NUMBERS = 1024  # the most numbers a key of an index may hold
 _ID = re.compile(r"[0-9a-f]{32}")
 _ENTRY = re.compile(r"[0-9a-f]{32}\.json")
+ENTRY_LIMIT = 32 << 20  # the most bytes an entry file may hold
 
 
 def row_size(dims: int) -> int:
@@ -129,3 +134,32 @@ def append(ix: int, ident: str, dims: int, row: bytes) -> bool:
         return whole
     finally:
         os.close(fd)
+
+
+def identity(kernel: Any, source: Any, hardware: Any, context: Any, signature: tuple) -> str:
+    """Which index file holds a key: the keys of one kernel, source, hardware and setting (any
+    candidates: pruning depends on the key) that share a signature."""
+    setting = {k: v for k, v in context.items() if k != "configs"} if isinstance(context, dict) else context
+    text = json.dumps([kernel, source, hardware, setting, list(signature)], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def pick_digest(text: str) -> int:
+    """A pick's description as the 8 bytes a row holds (read back as a little-endian int64)."""
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8", "backslashreplace")).digest()[:8], "little", signed=True)
+
+
+def row_of(record: dict, name: str) -> Optional[tuple[str, int, bytes]]:
+    """``(index id, numbers per key, row)`` of an entry named ``name``; None where its key is no
+    tuple of bounded numbers and comparable parts, or the name is not an entry's."""
+    key = keys.parse(record.get("key"))
+    signature = keys.signature(key)
+    if signature is None or not _ENTRY.fullmatch(name) or not isinstance(record.get("pick_config"), str):
+        return None
+    vector = keys.vector(key)
+    if not all(math.isfinite(v) for v in vector):
+        return None
+    ident = identity(record.get("kernel"), record.get("source"), record.get("hardware"), record.get("context"),
+                     signature)
+    digest = pick_digest(record["pick_config"]).to_bytes(8, "little", signed=True)
+    return ident, len(vector), struct.pack(f"<{len(vector)}d", *vector) + digest + bytes.fromhex(name[:32])
