@@ -126,3 +126,22 @@ def test_the_global_check_sees_a_call_back_up(tmp_path):
                    "    setattr(kernel_state, 'session', session)\n    kernel_state.active = True\n")
     found = _calls_back_through_globals(bad)
     assert len(found) == 2 and all("session" in f for f in found), found
+
+
+#: The sizes past which a module or a function is to be split (docstrings count).
+MODULE_LINES, FUNCTION_LINES = 320, 60
+
+
+def test_no_module_and_no_function_grows_past_its_size():
+    big = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        name = path.relative_to(PACKAGE).as_posix()
+        if len(text.splitlines()) > MODULE_LINES:
+            big.append(f"{name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > FUNCTION_LINES:
+                    big.append(f"{name}: {node.name}() {lines} lines")
+    assert not big, "split these: " + "; ".join(big)

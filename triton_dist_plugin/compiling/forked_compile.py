@@ -220,14 +220,18 @@ def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, in
         if pool is not None:
             pool.terminate()
             pool.join()
-    # Where stage 1's time went (perf_counter is the same monotonic clock in every process).
+    notes["workers"] = _timeline(results, started, forked, count)
+    return {i: reason for i, (reason, _, _) in results.items() if reason is not None}
+
+
+def _timeline(results: dict, started: float, forked: float, count: int) -> str:
+    """Where stage 1's time went (perf_counter is the same monotonic clock in every process)."""
     wall = max(end for _, _, end in results.values()) - started
     busy = sum(end - begin for _, begin, end in results.values())
-    notes["workers"] = (f"{count} forked in {forked:.2f}s, first compile began after "
-                       f"{min(begin for _, begin, _ in results.values()) - started:.2f}s, "
-                       f"{busy / (count * wall):.0%} busy, longest compile "
-                       f"{max(end - begin for _, begin, end in results.values()):.2f}s")
-    return {i: reason for i, (reason, _, _) in results.items() if reason is not None}
+    return (f"{count} forked in {forked:.2f}s, first compile began after "
+            f"{min(begin for _, begin, _ in results.values()) - started:.2f}s, "
+            f"{busy / (count * wall):.0%} busy, longest compile "
+            f"{max(end - begin for _, begin, end in results.values()):.2f}s")
 
 
 def _give_up(order: list, results: dict, skip: Any, begun: Any, factor: float) -> bool:

@@ -69,13 +69,7 @@ def run_candidates(
     """
     run = _Run(request, list(configs), make_call, method, do_bench, group, on_candidate, prepare, known_failures,
                screen)
-    # Settling follows (a device, the plugin's own timing and counts): the longer rounds may be
-    # shorter than the benchmarker's, after a warm-up (``Policy.full_ms``, ``Policy.warm_ms``)...
-    steady = settled and do_bench is None and screen is not None and method != "wall" and \
-        (n_warmup, n_repeat) == (None, None)
-    # ...in interleaved rounds where the timer runs the counts it is given (a CUDA graph's replays
-    # do not) at little cost per call (a profiler session each would not).
-    interleave = steady and method == "event"
+    steady, interleave = _steadiness(settled, do_bench, screen, method, n_warmup, n_repeat)
     finalists = run.configs
     if screen is not None and len(run.configs) >= run.policy.min_candidates:
         finalists = run.search(screen, features, anchor, steady, interleave)
@@ -85,6 +79,16 @@ def run_candidates(
     return Outcome(best=best, timings=run.timings, failures=run.failures,
                    bench_time=time.perf_counter() - run.start, measured=[c for c in finalists if c in run.calls],
                    decision=decision)
+
+
+def _steadiness(settled, do_bench, screen, method, n_warmup, n_repeat) -> tuple[bool, bool]:
+    """Whether settling follows (a device, the plugin's own timing and counts), so that the longer
+    rounds may be shorter than the benchmarker's, after a warm-up (``Policy.full_ms``, ``warm_ms``);
+    and whether they interleave: where the timer runs the counts it is given (a CUDA graph's
+    replays do not) at little cost per call (a profiler session each would not)."""
+    steady = settled and do_bench is None and screen is not None and method != "wall" and \
+        (n_warmup, n_repeat) == (None, None)
+    return steady, steady and method == "event"
 
 
 class _Run:

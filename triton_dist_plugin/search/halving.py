@@ -74,6 +74,17 @@ def halving(request: Any, candidates: list, evaluate: Callable[[list], dict], sp
     if not prior and len(candidates) <= whole_limit(policy):
         screened.update(evaluate(candidates))
         return screen.survivors(screened)
+    _climb(request, candidates, evaluate, space, policy, prior, cap, screened)
+    request.notes.append(f"searched {len(screened)} of {len(candidates)} candidates"
+                         + (f", starting from the nearest tuned key {request.prior_key}" if prior else ""))
+    return screen.survivors(screened)
+
+
+def _climb(request: Any, candidates: list, evaluate: Callable[[list], dict], space: Space, policy: Any,
+           prior: list, cap: int, screened: dict) -> None:
+    """Screen into ``screened``: a warm start's first step, or a seeded sample, then the
+    neighbours of the best, step by step, until none is left (or ``cap`` candidates)."""
+    given = {id(c) for c in candidates}
     position = {id(c): i for i, c in enumerate(candidates)}
     rng = random.Random(seed(request))
 
@@ -125,6 +136,3 @@ def halving(request: Any, candidates: list, evaluate: Callable[[list], dict], sp
         step(sample()[:policy.batch])
         if screened[ranked(screened)[0]][0] >= best:
             break
-    request.notes.append(f"searched {len(screened)} of {len(candidates)} candidates"
-                         + (f", starting from the nearest tuned key {request.prior_key}" if prior else ""))
-    return screen.survivors(screened)

@@ -42,27 +42,6 @@ def describe(value: Any, _seen: frozenset = frozenset()) -> str:
     if id(value) in _seen:
         return f"<cycle: {kind.__module__}.{kind.__qualname__}>"
     seen = _seen | {id(value)}
-
-    def digest(parts: list) -> str:
-        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
-
-    def const_text(c: Any) -> str:
-        if inspect.iscode(c):
-            return code_text(c)
-        if isinstance(c, frozenset):  # ``x in {...}``: its order follows the hash seed
-            return "{" + ", ".join(sorted(describe(v, seen) for v in c)) + "}"
-        return describe(c, seen)
-
-    def code_text(code: Any) -> str:  # bytecode, constants and names: no address, no line numbers
-        return digest([code.co_code.hex(), *map(const_text, code.co_consts), *code.co_names, *code.co_varnames,
-                       *code.co_freevars])
-
-    def cell(c: Any) -> str:
-        try:
-            return describe(c.cell_contents, seen)
-        except ValueError:  # a cell not yet assigned
-            return "<empty>"
-
     if inspect.ismethod(value):
         return f"{describe(value.__func__, seen)} of {describe(value.__self__, seen)}"
     if isinstance(value, functools.partial):
@@ -70,24 +49,54 @@ def describe(value: Any, _seen: frozenset = frozenset()) -> str:
                  *(f"{k}={describe(v, seen)}" for k, v in value.keywords.items())]
         return f"functools.partial({', '.join(parts)})"
     if isinstance(value, type) or inspect.isroutine(value):
-        owner = getattr(value, "__self__", None)  # a built-in method's object (a module for functions)
-        module = getattr(value, "__module__", None) or getattr(getattr(value, "__objclass__", type(owner)),
-                                                               "__module__", "builtins")
-        name = f"{module}.{getattr(value, '__qualname__', getattr(value, '__name__', kind.__qualname__))}"
-        code = getattr(value, "__code__", None)
-        if code is not None and "<" in name:  # <lambda>, <locals>: the name alone is not unique
-            name += "#" + digest([code_text(code), describe(getattr(value, "__defaults__", None), seen),
-                                  describe(getattr(value, "__kwdefaults__", None), seen),
-                                  *(cell(c) for c in getattr(value, "__closure__", None) or ())])
-        if owner is not None and not inspect.ismodule(owner) and not isinstance(owner, type):
-            name += f" of {describe(owner, seen)}"
-        return name
+        return _routine(value, kind, seen)
     text = repr(value)
     if " at 0x" not in text:
         return text
     state = getattr(value, "__dict__", None)
     name = f"{kind.__module__}.{kind.__qualname__}"
-    return f"{name}#{digest([describe(state, seen)])}" if isinstance(state, dict) else name
+    return f"{name}#{_digest([describe(state, seen)])}" if isinstance(state, dict) else name
+
+
+def _routine(value: Any, kind: type, seen: frozenset) -> str:
+    """A function, class or method by qualified name; a lambda or nested function with a digest of
+    its code, defaults and closure; a built-in method with the object it is bound to."""
+    owner = getattr(value, "__self__", None)  # a built-in method's object (a module for functions)
+    module = getattr(value, "__module__", None) or getattr(getattr(value, "__objclass__", type(owner)),
+                                                           "__module__", "builtins")
+    name = f"{module}.{getattr(value, '__qualname__', getattr(value, '__name__', kind.__qualname__))}"
+    code = getattr(value, "__code__", None)
+    if code is not None and "<" in name:  # <lambda>, <locals>: the name alone is not unique
+        name += "#" + _digest([_code_text(code, seen), describe(getattr(value, "__defaults__", None), seen),
+                               describe(getattr(value, "__kwdefaults__", None), seen),
+                               *(_cell(c, seen) for c in getattr(value, "__closure__", None) or ())])
+    if owner is not None and not inspect.ismodule(owner) and not isinstance(owner, type):
+        name += f" of {describe(owner, seen)}"
+    return name
+
+
+def _digest(parts: list) -> str:
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
+
+
+def _const_text(c: Any, seen: frozenset) -> str:
+    if inspect.iscode(c):
+        return _code_text(c, seen)
+    if isinstance(c, frozenset):  # ``x in {...}``: its order follows the hash seed
+        return "{" + ", ".join(sorted(describe(v, seen) for v in c)) + "}"
+    return describe(c, seen)
+
+
+def _code_text(code: Any, seen: frozenset) -> str:  # bytecode, constants and names: no address, no line numbers
+    return _digest([code.co_code.hex(), *(_const_text(c, seen) for c in code.co_consts), *code.co_names,
+                    *code.co_varnames, *code.co_freevars])
+
+
+def _cell(c: Any, seen: frozenset) -> str:
+    try:
+        return describe(c.cell_contents, seen)
+    except ValueError:  # a cell not yet assigned
+        return "<empty>"
 
 
 def source_of(obj: Any) -> str:

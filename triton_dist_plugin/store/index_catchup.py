@@ -81,16 +81,7 @@ def _rebuild(fd: int, folder: Path, ix: Optional[int], write: bool,
         tables, todo, listed_now = dict(loaded), queue, False
     else:
         present = _listing(fd)
-        tables, have = {}, set()
-        for ident, (dims, rows) in loaded.items():
-            listed = files.names(rows, dims)
-            if not present.issuperset(listed) or len(set(listed)) != len(listed):  # removed, or written again
-                size, last = files.row_size(dims), {n: i for i, n in enumerate(listed)}
-                rows = b"".join(rows[i * size: (i + 1) * size] for i, n in enumerate(listed)
-                                if n in present and last[n] == i)
-                changed.add(ident)
-            tables[ident] = (dims, rows)
-            have.update(listed)
+        tables, have = _still_there(loaded, present, changed)
         unusable &= present
         todo, listed_now = list(present - have - unusable - deferred), True
     known = -1 if retry else len(unusable)
@@ -126,6 +117,22 @@ def _rebuild(fd: int, folder: Path, ix: Optional[int], write: bool,
         if caught_up:
             files.replace(ix, "stamp", files.STAMP.pack(*state))
     return tables, caught_up
+
+
+def _still_there(loaded: dict, present: set, changed: set) -> tuple[dict, set]:
+    """The loaded tables less the rows of entries no longer ``present`` (and the older rows of an
+    entry written again); the ids of tables so trimmed join ``changed``. Also every name they list."""
+    tables, have = {}, set()
+    for ident, (dims, rows) in loaded.items():
+        listed = files.names(rows, dims)
+        if not present.issuperset(listed) or len(set(listed)) != len(listed):  # removed, or written again
+            size, last = files.row_size(dims), {n: i for i, n in enumerate(listed)}
+            rows = b"".join(rows[i * size: (i + 1) * size] for i, n in enumerate(listed)
+                            if n in present and last[n] == i)
+            changed.add(ident)
+        tables[ident] = (dims, rows)
+        have.update(listed)
+    return tables, have
 
 
 def _listing(fd: int) -> set:
