@@ -96,3 +96,27 @@ def test_the_engine_reads_the_effort_at_each_tuning_not_at_import(monkeypatch):
     assert search.whole_limit() == policy.PRESETS["quick"].whole
     monkeypatch.setenv(search.WHOLE_ENV, "7")  # the setting, where set, wins over any effort
     assert search.whole_limit(policy.PRESETS["full"]) == 7
+
+
+def test_a_pick_stored_at_the_default_effort_is_keyed_as_before_efforts_existed(monkeypatch):
+    from triton_dist_plugin.store import persist
+
+    def context():
+        return persist.context("cpu", [], "wall", False, False)
+
+    monkeypatch.delenv(policy.EFFORT_ENV, raising=False)
+    assert "effort" not in context()  # entries stored before there were efforts stay valid
+    for effort in ("quick", "full"):
+        monkeypatch.setenv(policy.EFFORT_ENV, effort)
+        assert context()["effort"] == effort  # ...and a pick of one effort is never served to another
+
+
+def test_a_search_plugin_reads_the_screens_older_fields_from_the_policy(monkeypatch):
+    monkeypatch.setenv(policy.EFFORT_ENV, "full")
+    screen, full = engine.Screen(), policy.PRESETS["full"]
+    assert (screen.n_warmup, screen.n_repeat) == (full.screen_warmup, full.screen_repeat)
+    for name in ("margin", "keep_at_least", "min_candidates", "fraction", "second_repeat", "final_count",
+                 "final_most", "screen_tie", "second_tie", "tied_most", "full_ms", "warm_ms", "full_rounds"):
+        assert getattr(screen, name) == getattr(full, name), name
+    with pytest.raises(AttributeError, match="no_such_field"):
+        screen.no_such_field  # noqa: B018

@@ -1,6 +1,7 @@
 """Function-level autotune: the seed's behaviour, the disk cache, and bad input."""
 
 import json
+import math
 import multiprocessing as mp
 import time
 
@@ -111,6 +112,28 @@ def test_a_new_tuner_finds_the_disk_cache_and_always_tune_retunes(tunings, monke
     monkeypatch.setenv(cache.ALWAYS_TUNE_ENV, "1")
     make_scale()(x, 2.0)
     assert len(tunings.tuned) == 2
+
+
+def test_a_disk_hits_record_reads_every_stored_time_the_record_check_lets_through(tunings, cache_dir):
+    x = torch.randn(1000, device=DEVICE)
+    make_scale()(x, 2.0)
+    (path,) = entries(cache_dir)
+    record = json.loads(path.read_text())
+    shapes = [lambda t: t[0], lambda t: t[:1], lambda t: t[:2], lambda t: t]  # a number, 1 to 3 numbers
+    for candidate, shape in zip(record["candidates"], shapes):
+        if candidate["ms"] is not None:
+            candidate["ms"] = shape(candidate["ms"])
+    path.write_text(json.dumps(record))
+    make_scale()(x, 2.0)
+    hit = tunings.records[-1]
+    assert hit.cache_hit and len(tunings.tuned) == 1
+    for candidate in record["candidates"]:
+        timing = hit.timings[candidate["config"]]
+        if candidate["ms"] is None:
+            assert timing == [math.inf] * 3
+        else:
+            first = candidate["ms"] if not isinstance(candidate["ms"], list) else candidate["ms"][0]
+            assert len(timing) == 3 and timing[0] == first and all(math.isfinite(t) for t in timing), timing
 
 
 def test_version_check_refuses_a_cache_from_other_versions(tunings, cache_dir, monkeypatch):

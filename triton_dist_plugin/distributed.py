@@ -231,8 +231,10 @@ def agree(group: Any, name: str, key: Any, candidates: list, cached_pick: Option
     """
     import torch.distributed as dist
 
-    # The effort steers every phase's counts and steps, hence the collectives each makes: part of every check.
-    checks = dict(sorted({**(checks or {}), "effort": policy.current().name}.items()))
+    # The effort steers every phase's counts and steps, hence the collectives each makes: part of
+    # every check (named where it is not the default, so the default's digest is what it was).
+    effort = policy.current().name
+    checks = dict(sorted({**(checks or {}), **({"effort": effort} if effort != "default" else {})}.items()))
     rows = all_gather_ints([digest(key), digest(candidates), -1 if cached_pick is None else cached_pick,
                             digest(checks)], group, f"agreeing on the tuning of {name}")
     ranks = dist.get_process_group_ranks(group) if hasattr(dist, "get_process_group_ranks") else list(range(len(rows)))

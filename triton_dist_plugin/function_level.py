@@ -260,10 +260,12 @@ class FunctionJob(job.Job):
 
 
 def _stored_ms(ms: Any) -> list:
-    """A stored candidate's ``ms`` as ``[p50, p20, p80]`` (a failed one: infinity)."""
-    if isinstance(ms, (list, tuple)) and len(ms) == 3:
-        return list(ms)
-    return [float("inf")] * 3
+    """A stored candidate's ``ms`` (a number, or one to three numbers: what ``records.check``
+    lets through) as ``[p50, p20, p80]``; a failed one (no time) as infinity."""
+    values = [ms] if not isinstance(ms, (list, tuple)) else list(ms)
+    if not values or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return [float("inf")] * 3
+    return [float(v) for v in (values + [values[0]] * 2)[:3]]
 
 
 def _finite(x: float) -> bool:

@@ -109,7 +109,9 @@ def tdp_search(request, candidates, evaluate, space, screen):
         grid coordinates (``names``, ``values``, ``coords``), ``neighbours(i)`` and
         ``closest(coord)``.
     :param screen: the screening rules (:class:`~triton_dist_plugin.engine.Screen`);
-        ``screen.survivors(timings)`` keeps the candidates near the best.
+        ``screen.survivors(timings)`` keeps the candidates near the best, ``screen.policy`` holds
+        every number of the tuning's effort (``policy.Policy``; the older fields, such as
+        ``screen.n_repeat``, still read from it).
     :returns: the finalists, a list of candidates (normally screened ones) that go on to the
         longer rounds; the pick is the fastest of them (an empty list: none worked, the tuning
         fails with every reason). None lets the next implementation decide. Stops at the first
@@ -176,7 +178,7 @@ def tdp_cache_get(entry):
     mode's nearest key, ``triton-dist-tune`` list/show/export/clear, manifest import) and the
     ``.log`` beside a function-level entry read and write the local cache directory only.
 
-    :param entry: the :class:`~triton_dist_plugin.CacheEntry`: ``kind`` (``"kernel"``
+    :param entry: the :class:`~triton_dist_plugin.hook_objects.CacheEntry`: ``kind`` (``"kernel"``
         or ``"function"``), ``name``, ``digest`` (a stable id of the source, hardware and key) and
         ``path`` (the built-in file store's place for it). Stores on other media key on
         ``(kind, name, digest)``.
@@ -193,7 +195,7 @@ def tdp_cache_put(entry, record):
     Under a tuning group only the agreed pick is stored, once per group: rank 0 of the group
     calls this; the other ranks agree on its hit at their next start.
 
-    :param entry: the :class:`~triton_dist_plugin.CacheEntry` (as for ``tdp_cache_get``).
+    :param entry: the :class:`~triton_dist_plugin.hook_objects.CacheEntry` (as for ``tdp_cache_get``).
     :param record: the entry as a JSON object (a dict of JSON types); ``tdp_cache_get`` must
         return an equal one.
     :returns: ignored. A store that cannot keep the record raises ``OSError`` (or a subclass):

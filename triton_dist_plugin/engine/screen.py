@@ -12,6 +12,12 @@ from .. import settle
 from ..policy import Policy
 from ..policy import current as current_policy
 
+#: The fields of a Screen before ``policy.Policy`` held them -> the policy's names.
+_FIELDS = {"n_warmup": "screen_warmup", "n_repeat": "screen_repeat",
+           **{f: f for f in ("margin", "keep_at_least", "min_candidates", "fraction", "second_repeat", "final_count",
+                             "final_most", "screen_tie", "second_tie", "tied_most", "full_ms", "warm_ms",
+                             "full_rounds")}}
+
 
 @dataclass
 class Screen:
@@ -21,6 +27,13 @@ class Screen:
     policy: Policy = field(default_factory=current_policy)
     #: each candidate's place in the given order (``id`` -> position), set by ``run_candidates``
     order: dict = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        # The fields a Screen held before the policy did, read from it: a ``tdp_search`` plugin
+        # written against them (``screen.n_repeat``, ``screen.margin``, ...) reads the same numbers.
+        if name in _FIELDS:
+            return getattr(self.policy, _FIELDS[name])
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def full_runs(self, timings: dict, finalists: list) -> tuple[Optional[int], Optional[int]]:
         """``(n_warmup, n_repeat)`` for the finalists' full measurement: about ``full_ms`` of the

@@ -46,9 +46,16 @@ def context(device: str, configs: list, method: str, accuracy: bool, isolated: b
     described = [f"{describe.describe(c)} | {c}" for c in configs]
     return {"triton": fingerprint.triton_hash(), "backend": fingerprint.backend_hash(device),
             "env": fingerprint.compile_env(), "plugin": describe.versions().get("triton-dist-plugin", "?"),
-            "method": method, "search": settings.value(search.SEARCH_ENV), "effort": policy.current().name,
+            "method": method, "search": settings.value(search.SEARCH_ENV), **_effort(),
             "accuracy": bool(accuracy), "isolated": bool(isolated),
             "configs": hashlib.sha256("\n".join(described).encode()).hexdigest()}
+
+
+def _effort() -> dict:
+    """The effort a pick was tuned at, where it is not the default: entries stored before there
+    were efforts stay valid, and a pick of one effort is never served to another."""
+    name = policy.current().name
+    return {} if name == "default" else {"effort": name}
 
 
 def _same_setting(theirs: Any, ours: dict) -> bool:
