@@ -253,7 +253,8 @@ def scenario_contextual(rank, world, group):
     return picks
 
 
-def scenario_contextual_diverge(rank, world, group):
+def _contextual_copy_step(rank):
+    """A contextual tuner over one launch of ``_contextual_kernel`` on every rank (``is_dist``)."""
     from triton_dist_plugin.autotuner import contextual_autotune
 
     copy = _contextual_kernel(rank)
@@ -264,6 +265,11 @@ def scenario_contextual_diverge(rank, world, group):
         copy[lambda m: (triton.cdiv(x.numel(), m["BLOCK"]),)](x, y, x.numel())
         return y
 
+    return step
+
+
+def scenario_contextual_diverge(rank, world, group):
+    step = _contextual_copy_step(rank)
     try:
         step(torch.randn(100 + rank))  # a different key on each rank
         return {"error": None}
@@ -574,19 +580,11 @@ def scenario_effort_differs(rank, world, group):
     make different collectives, so every front end (the patched Autotuner, the function-level and
     the contextual tuner) refuses at once on every rank."""
     from kernels import KERNELS
-    from triton_dist_plugin.autotuner import contextual_autotune
 
     os.environ["TRITON_DIST_AUTOTUNE_EFFORT"] = "full" if rank == 0 else "quick"
     spec = KERNELS["add"]
     x, y = spec.make_inputs("tiny", "cpu")
-    copy = _contextual_kernel(rank)
-
-    @contextual_autotune(is_dist=True, n_repeat=1, n_warmup=0)
-    def step(t):
-        out = torch.empty_like(t)
-        copy[lambda m: (triton.cdiv(t.numel(), m["BLOCK"]),)](t, out, t.numel())
-        return out
-
+    step = _contextual_copy_step(rank)
     fronts = {
         "kernel": lambda: spec.launch(triton.autotune(configs=spec.configs("cpu"), key=spec.key)(spec.jit), x, y),
         "function": lambda: sleepy(rank)(1, autotune_pg=group),

@@ -6,9 +6,7 @@ value. Real kernels under the interpreter, real files and processes; random keys
 import copy
 import json
 import math
-import os
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +14,12 @@ import triton
 from helpers import DEVICE
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_trust_records import CONFIGS, copy_or_nan  # noqa: E402 - the kernel whose second config writes NaN
+from test_trust_records import (  # noqa: E402 - the kernel whose second config writes NaN
+    CONFIGS,
+    copy_or_nan,
+    kernel_entries,
+    written_record,
+)
 
 from triton_dist_plugin import frozen
 from triton_dist_plugin.cli import commands as cli
@@ -37,23 +40,12 @@ def checked():
     return triton.autotune(configs=CONFIGS, key=["n"], check_accuracy=True)(copy_or_nan)
 
 
-def entries(root: Path) -> list:
-    return sorted((root / persist.DIRECTORY).glob("*/*.json"))
 
 
 @pytest.fixture(scope="module")
 def failing_record(tmp_path_factory):
     """A real entry with a failed candidate: the accuracy check turned the NaN writer down."""
-    root = tmp_path_factory.mktemp("tdp-sense")
-    previous = os.environ.get("TRITON_DIST_AUTOTUNE_DIR")
-    os.environ["TRITON_DIST_AUTOTUNE_DIR"] = str(root)
-    try:
-        launch(checked(), 100)
-    finally:
-        os.environ.pop("TRITON_DIST_AUTOTUNE_DIR") if previous is None else os.environ.update(
-            TRITON_DIST_AUTOTUNE_DIR=previous)
-    (path,) = entries(root)
-    return json.loads(path.read_text())
+    return written_record(tmp_path_factory.mktemp("tdp-sense"), lambda: launch(checked(), 100))
 
 
 def _row(record, config):
@@ -180,7 +172,7 @@ def test_a_stored_pick_the_record_marks_failed_is_never_launched(failing_record,
     """The entry at the key's own place names the NaN writer as its pick and marks it as having
     hung: it is warned about (naming the field) and the key is tuned again, with the check."""
     launch(checked())
-    (path,) = entries(tmp_path / "tdp-cache")
+    (path,) = kernel_entries(tmp_path / "tdp-cache")
     path.write_text(json.dumps(_contradicting(json.loads(path.read_text()))))
     with pytest.warns(RuntimeWarning, match=r"field 'pick_config' names candidates\[\d\], which failed"):
         x, out = launch(checked())
@@ -197,12 +189,12 @@ def test_a_manifest_entry_that_contradicts_itself_is_skipped_with_its_reason(fai
                                    "relpath": f"kernels/copy_or_nan/{digest}.json", "record": bad}]))
     written, present, skipped = manifest.import_file(source)
     assert written == 0 and len(skipped) == 1 and "which failed (did not finish within 5s" in skipped[0]
-    assert not entries(tmp_path / "tdp-cache")
+    assert not kernel_entries(tmp_path / "tdp-cache")
 
 
 def test_the_command_line_names_a_record_that_contradicts_itself(failing_record, tmp_path, capsys):
     launch(checked())
-    (path,) = entries(tmp_path / "tdp-cache")
+    (path,) = kernel_entries(tmp_path / "tdp-cache")
     path.write_text(json.dumps(_contradicting(json.loads(path.read_text()))))
     for command in (["list"], ["show", "copy"], ["export"]):
         cli.main(command)
@@ -232,7 +224,7 @@ def test_a_stored_key_with_a_huge_number_never_breaks_a_new_keys_launch(tmp_path
     a new key's launch (a warm start) and frozen mode's nearest key never raise."""
     kernel = triton.autotune(configs=CONFIGS[::2], key=["n"])(copy_or_nan)
     launch(kernel, 1000)
-    (path,) = entries(tmp_path / "tdp-cache")
+    (path,) = kernel_entries(tmp_path / "tdp-cache")
     good = json.loads(path.read_text())
     for big in ["9" * 400, "-" + "9" * 400, "1e999", str(2 ** 70)]:
         key = good["key"].replace("1000", big, 1)
@@ -313,7 +305,7 @@ def test_every_view_of_a_valid_record_with_extreme_times_works(failing_record, t
     """Any finite time >= 0 passes the check, so the report, list, show and export take it: no
     division by a pick timed at 0 ms, no logarithm of 0, no axis past what a float holds."""
     launch(checked())
-    (path,) = entries(tmp_path / "tdp-cache")
+    (path,) = kernel_entries(tmp_path / "tdp-cache")
     record = json.loads(path.read_text())
     for row in record["candidates"]:
         if row["ms"] is not None:

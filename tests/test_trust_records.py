@@ -62,6 +62,16 @@ def kernel_entries(root: Path) -> list:
     return sorted((root / persist.DIRECTORY).glob("*/*.json"))
 
 
+def written_record(root: Path, tune) -> dict:
+    """The one kernel entry ``tune()`` writes with ``root`` as the plugin's cache directory (set
+    for the call only: a module-scoped fixture cannot use ``monkeypatch``)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRITON_DIST_AUTOTUNE_DIR", str(root))
+        tune()
+    (path,) = kernel_entries(root)
+    return json.loads(path.read_text())
+
+
 @pytest.fixture
 def wrong_fastest(plugins):
     timer = WrongIsFastest()
@@ -205,18 +215,8 @@ def _drop(value, path):
 @pytest.fixture(scope="module")
 def tuned_record(tmp_path_factory):
     """One real kernel entry, as the file store wrote it."""
-    import os
-
-    root = tmp_path_factory.mktemp("tdp-record")
-    previous = os.environ.get("TRITON_DIST_AUTOTUNE_DIR")
-    os.environ["TRITON_DIST_AUTOTUNE_DIR"] = str(root)
-    try:
-        launch(triton.autotune(configs=CONFIGS[::2], key=["n"])(copy_or_nan), 100)
-    finally:
-        os.environ.pop("TRITON_DIST_AUTOTUNE_DIR") if previous is None else os.environ.update(
-            TRITON_DIST_AUTOTUNE_DIR=previous)
-    (path,) = kernel_entries(root)
-    return json.loads(path.read_text())
+    return written_record(tmp_path_factory.mktemp("tdp-record"),
+                          lambda: launch(triton.autotune(configs=CONFIGS[::2], key=["n"])(copy_or_nan), 100))
 
 
 def test_the_written_record_passes_the_check(tuned_record):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import random
 import zlib
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from .. import settings
 from ..policy import Policy
@@ -38,7 +38,7 @@ BUDGET_ENV = "TRITON_DIST_AUTOTUNE_SEARCH_BUDGET"
 WARM_ENV = "TRITON_DIST_AUTOTUNE_WARM_START"
 
 
-def whole_limit(policy: Policy = None) -> int:
+def whole_limit(policy: Optional[Policy] = None) -> int:
     """Spaces up to this many are screened whole: ``TRITON_DIST_AUTOTUNE_SEARCH_WHOLE``, else the policy's."""
     value = settings.value(WHOLE_ENV)
     return (policy or current_policy()).whole if value is None else value
