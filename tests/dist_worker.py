@@ -575,21 +575,33 @@ def scenario_checks_differ(rank, world, group):
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def scenario_effort_differs(rank, world, group):
-    """``TRITON_DIST_AUTOTUNE_EFFORT=full`` on rank 0, ``quick`` on rank 1: their screenings would
-    make different collectives, so every front end (the patched Autotuner, the function-level and
-    the contextual tuner) refuses at once on every rank."""
+def _every_front_end(rank, group):
+    """One call per front end, each of a fresh tuner over a new key: the patched Autotuner, a
+    subclass's own loop (batched through ``_bench``, and its own ``_batch_bench``), the
+    function-level and the contextual tuner."""
+    from test_subclass import LibTunerLike, NewerAutoTilingLike, _configs, _inc
+
     from kernels import KERNELS
 
-    os.environ["TRITON_DIST_AUTOTUNE_EFFORT"] = "full" if rank == 0 else "quick"
     spec = KERNELS["add"]
     x, y = spec.make_inputs("tiny", "cpu")
     step = _contextual_copy_step(rank)
-    fronts = {
+
+    def subclass(cls):
+        kernel = cls(_inc, _inc.arg_names, _configs()[:4], ["n"], ["out"], ["x"])
+        n = 300
+        kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](torch.zeros(n), torch.zeros(n), n)
+
+    return {
         "kernel": lambda: spec.launch(triton.autotune(configs=spec.configs("cpu"), key=spec.key)(spec.jit), x, y),
+        "subclass": lambda: subclass(LibTunerLike),
+        "subclass_batch_bench": lambda: subclass(NewerAutoTilingLike),
         "function": lambda: sleepy(rank)(1, autotune_pg=group),
         "contextual": lambda: step(torch.randn(64)),
     }
+
+
+def _errors_of(fronts, group):
     errors = {}
     for name, call in fronts.items():
         started = time.monotonic()
@@ -599,7 +611,22 @@ def scenario_effort_differs(rank, world, group):
             errors[name] = None
         except Exception as exc:
             errors[name] = f"{type(exc).__name__}: {exc} ({time.monotonic() - started:.1f}s)"
-    return {"errors": errors}
+    return errors
+
+
+def scenario_effort_differs(rank, world, group):
+    """``TRITON_DIST_AUTOTUNE_EFFORT=full`` on rank 0, ``quick`` on rank 1: their screenings would
+    make different collectives, so every front end refuses at once on every rank."""
+    os.environ["TRITON_DIST_AUTOTUNE_EFFORT"] = "full" if rank == 0 else "quick"
+    return {"errors": _errors_of(_every_front_end(rank, group), group)}
+
+
+def scenario_frozen_differs(rank, world, group):
+    """Frozen mode (``strict``) on rank 0 only: rank 0 would time nothing while rank 1 tunes with
+    collectives, so every front end refuses at once on every rank instead of hanging."""
+    if rank == 0:
+        os.environ["TRITON_DIST_AUTOTUNE_FROZEN"] = "strict"
+    return {"errors": _errors_of(_every_front_end(rank, group), group)}
 
 
 def scenario_frozen_group(rank, world, group):

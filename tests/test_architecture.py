@@ -18,7 +18,7 @@ LAYERS = [
     ("engine", {"engine", "compiling", "frozen", "untuned", "job"}),
     ("isolation", {"isolation"}),
     ("the patched Autotuner", {"patched"}),
-    ("front ends", {"function_level", "function_keys", "tune", "contextual", "autotuner", "cli"}),
+    ("front ends", {"function_level", "function_keys", "tune", "contextual", "contextual_job", "autotuner", "cli"}),
     ("switch", {"activation", "patch"}),
 ]
 

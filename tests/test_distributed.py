@@ -206,13 +206,19 @@ def test_ranks_with_different_checks_refuse_at_once(tmp_path):
         assert "check_accuracy=" in r["error"] and r["seconds"] < 30  # not the 60 s collective timeout
 
 
-def test_ranks_with_different_efforts_refuse_at_once_in_every_front_end(tmp_path):
-    results = run_ranks("effort_differs", 2, tmp_path, timeout_s="60")
+FRONT_ENDS = {"kernel", "subclass", "subclass_batch_bench", "function", "contextual"}
+
+
+@pytest.mark.parametrize("scenario, named", [
+    ("effort_differs", ("'effort': 'full'", "'effort': 'quick'")),
+    ("frozen_differs", ("'frozen': 'strict'", "checks {'accuracy'", "checks {}"))])
+def test_ranks_with_different_efforts_or_frozen_modes_refuse_at_once_in_every_front_end(scenario, named, tmp_path):
+    results = run_ranks(scenario, 2, tmp_path, timeout_s="60")
     for r in results:
-        assert set(r["errors"]) == {"kernel", "function", "contextual"}, r
+        assert set(r["errors"]) == FRONT_ENDS, r
         for front, error in r["errors"].items():
             assert error and "RankMismatch" in error and "disagree on the checks" in error, (front, error)
-            assert "'effort': 'full'" in error or "'effort': 'quick'" in error, (front, error)
+            assert any(text in error for text in named), (front, error)
             assert float(error.rsplit("(", 1)[1].rstrip("s)")) < 30, (front, error)  # not the 60 s timeout
 
 

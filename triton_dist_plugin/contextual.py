@@ -18,22 +18,26 @@ ranks agree); picks go into each kernel's own cache, and one last run with the p
 result. A failing candidate is skipped (the launch is redone with a valid one, so the flow goes
 on); a kernel with no valid candidate raises ``RuntimeError("cannot find valid config")``.
 Progress and every measurement go to ``./.autotune_logs/rank-<rank>.log``.
+
+Each kernel's key is one tuning job (``contextual_job``, run by ``job.run`` as every front end's
+is). In frozen mode nothing is tuned: the function runs as it is, each miss answered as a plain
+launch's would be; a miss during a CUDA graph capture is answered by the launch (``frozen``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
-import math
 import os
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from . import _compat, bus, distributed, failures, settings
+from . import _compat, bus, distributed, failures, frozen, job, settings
+from .contextual_job import ContextualJob
 from .hook_objects import TuningRecord, TuningRequest
 from .patched import accuracy, candidates, launch
 
@@ -77,6 +81,7 @@ class Session:
         self.pending_events: list = []  # (entry, index, start, end) on a device
         self.device = _compat.active_device()
         self.log_lines: list[str] = []
+        self.records: list[TuningRecord] = []  # handed to the observers once every pick is in place
 
     def log(self, text: str) -> None:
         self.log_lines.append(f"[{dt.datetime.now().isoformat(timespec='milliseconds')}] {text}")
@@ -171,6 +176,10 @@ class ContextualAutoTuner:
             raise RuntimeError(f"contextual_autotune({self.fn.__qualname__}): another contextual tuner is active "
                                "(a nested call, or another thread); only one may run at a time")
         try:
+            if frozen.mode():  # nothing is tuned: each miss takes the plain path (a stored pick, or frozen's),
+                settings.validate()  # over the group the session would have agreed in
+                with distributed.tuning_group("world") if self.is_dist else contextlib.nullcontext():
+                    return self.fn(*args, **kwargs)
             group = None
             rank = int(os.environ.get("RANK", "0"))
             if self.is_dist:
@@ -189,7 +198,7 @@ class ContextualAutoTuner:
                         entry = next((e for e in session.entries.values() if e.pick is None), None)
                         if entry is None:
                             break
-                        self._tune(session, entry, args, kwargs, group)
+                        job.run(ContextualJob(self, session, entry, args, kwargs, group))
             finally:
                 self._write_log(session)
             self._commit(session)
@@ -197,51 +206,9 @@ class ContextualAutoTuner:
         finally:
             _active_lock.release()
 
-    def _tune(self, session: Session, entry: Entry, args: tuple, kwargs: dict, group: Any) -> None:
-        n = len(entry.configs)
-        if group is not None:
-            distributed.agree(group, f"contextual tuning of {entry.state.name}", entry.key,
-                              [str(c) for c in entry.configs], None)
-        progress = sys.stderr.isatty() and session.rank == 0
-        start = time.perf_counter()
-        for index in range(n if n > 1 else 0):
-            if progress:
-                print(f"\r[contextual_autotune] {entry.label}: candidate {index + 1}/{n}", end="", file=sys.stderr,
-                      flush=True)
-            for round_ in range(self.n_warmup + self.n_repeat):
-                if index in entry.invalid and group is None:
-                    break  # alone, skip the rest; together, every rank must run the same rounds
-                session.target, session.timed = (entry, index), round_ >= self.n_warmup
-                self.fn(*args, **kwargs)
-                session.collect()
-                phase = "timed" if session.timed else "warm-up"
-                samples = entry.samples.get(index, [])
-                last = f"{samples[-1]:.4f} ms" if session.timed and samples else "-"
-                session.log(f"{entry.label} candidate {index} ({entry.configs[index]}) round {round_} {phase}: {last}")
-        session.target, session.timed = None, False
-        if progress:
-            print(file=sys.stderr)
-        means = [math.inf if i in entry.invalid or not entry.samples.get(i) else
-                 sum(entry.samples[i]) / len(entry.samples[i]) for i in range(n)]
-        if n == 1 and 0 not in entry.invalid:
-            means = [0.0]
-        if group is not None:
-            means = distributed.all_reduce_max(means, group, f"reducing timings of {entry.state.name}")
-        valid = [i for i in range(n) if math.isfinite(means[i])]
-        for i in range(n):
-            reason = entry.invalid.get(i, "invalid on another rank")
-            shown = f"{means[i]:.4f} ms" if math.isfinite(means[i]) else f"invalid ({reason})"
-            session.log(f"{entry.label} candidate {i} ({entry.configs[i]}) average: {shown}")
-        if not valid:
-            reasons = "; ".join(f"candidate {i}: {entry.invalid.get(i, 'invalid on another rank')}" for i in range(n))
-            raise RuntimeError(f"cannot find valid config for {entry.label} ({reasons})")
-        entry.pick = min(valid, key=lambda i: means[i])
-        entry.timings = {entry.configs[i]: [means[i]] * 3 for i in range(n)}
-        entry.bench_time = time.perf_counter() - start
-        session.log(f"{entry.label} best config: candidate {entry.pick} ({entry.configs[entry.pick]})")
-
     def _commit(self, session: Session) -> None:
-        """Write every pick into its kernel's own cache (and Triton's disk cache where enabled)."""
+        """Write every pick into its kernel's own cache (and Triton's disk cache where enabled),
+        then hand each record to the observers: they see the picks in place."""
         for entry in session.entries.values():
             best = entry.configs[entry.pick]
             tuner = entry.tuner
@@ -251,10 +218,8 @@ class ContextualAutoTuner:
             tuner.bench_time = entry.bench_time
             if getattr(tuner, "cache_results", False) and hasattr(tuner, "check_disk_cache"):
                 tuner.check_disk_cache(entry.key, entry.configs, lambda: None)
-            bus.notify(TuningRecord(
-                kernel_name=entry.state.name, key=entry.key, best_config=best, timings=dict(tuner.configs_timings),
-                failures={entry.configs[i]: r for i, r in entry.invalid.items()}, bench_time=tuner.bench_time,
-                cache_hit=False, method="contextual", device=session.device, autotuner=tuner))
+        for record in session.records:
+            bus.notify(record)
 
     def _write_log(self, session: Session) -> None:
         if not session.log_lines:

@@ -54,12 +54,13 @@ def capturing() -> bool:
 
 
 def refuse(name: str) -> None:
-    """A tuner subclass's own loop met an untuned key during a capture: it decides what runs, so
-    there is no fallback to offer; raise before its first timing."""
+    """A miss met during a capture where no fixed config can stand in (a tuner subclass's own
+    loop decides what runs; a contextual or function-level job without the fallback): raise
+    before anything is timed."""
     raise TuningDuringCapture(
-        f"{name}: its tuner's own loop started tuning while a CUDA graph is being captured, where "
-        "candidates can neither be timed nor synchronised. Nothing was enqueued: the capture and the "
-        "process are still usable. Launch the kernel once with these shapes and dtypes before capturing.")
+        f"{name}: tuning would start while a CUDA graph is being captured, where candidates can neither be "
+        "timed nor synchronised. Nothing was enqueued: the capture and the process are still usable. Run it once "
+        "with these shapes and dtypes before capturing (a warm-up step tunes it).")
 
 
 def fallback(name: str, key: Any, tuned: dict, first: Any, autotuner: Any = None, device: str = "cuda") -> Any:

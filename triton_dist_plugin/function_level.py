@@ -105,9 +105,6 @@ class AutoTuner:
             _require_value_key(self.name, key, lambda: self.key_fn(*args, **kwargs))
             if self.fields & kwargs.keys() and not autotune_allow_arg_overwrite:
                 return self._call(args, kwargs, {}, False)  # raises the clear error before any tuning
-            if frozen.capturing():  # timing would break the capture: raise, or run a fixed config untuned
-                config = frozen.fallback(self.name, key, self.best_configs, self.config_space[0])
-                return self._call(args, kwargs, config, autotune_allow_arg_overwrite)
             # Reentrant, so a function that calls itself for the same key while tuning cannot deadlock.
             with self._key_lock(key):
                 best = self.best_configs.get(key)  # another thread may have tuned it while we waited
@@ -184,6 +181,11 @@ class FunctionJob(job.Job):
         self.tuner.best_configs[self.key] = self.tuner.config_space[index]
         self.request.notes.append(f"pick read from {found.where}" if found is not None else "pick shared by a rank")
         return self.tuner.config_space[index]
+
+    def during_capture(self) -> dict:
+        # Raise, or run a fixed config untuned; never kept in best_configs, so a call after the
+        # capture tunes the key.
+        return frozen.fallback(self.name, self.key, self.tuner.best_configs, self.tuner.config_space[0])
 
     def frozen_miss(self) -> dict:
         tuner = self.tuner

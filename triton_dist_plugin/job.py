@@ -1,22 +1,22 @@
-"""One tuning job: what a miss does, the same for every front end that stores its picks.
+"""One tuning job: what a miss does, the same for every front end.
 
-A front end (the patched ``Autotuner``, the function-level ``autotune``) hands ``run`` a ``Job``
-that says only what differs: how its stored pick is read and written, how a pick is applied where
-its users look for it, and how its candidates are readied and timed (``engine.run_candidates``).
-``run`` does the rest once, in this order, so that a guarantee added here holds for all of them:
+Every front end (the patched ``Autotuner``, a subclass's own tuning loop, the function-level
+``autotune``, the contextual tuner) hands ``run`` a ``Job`` that says only what differs: how its
+stored pick is read and written, how a pick is applied where its users look for it, and how its
+candidates are readied and timed. ``run`` does the rest once, in this order, so that a guarantee
+added here holds for all of them:
 
 1. every setting checked, before any work or collective;
-2. the stored pick looked up (every record passed ``store.records`` where it entered);
-3. the ranks of a group agreeing on the key, the candidates and every check, the effort
-   included, and on a stored pick: one rank's hit is every rank's (``distributed.agree``);
-4. a hit applied, timing nothing; else, in frozen mode, the miss answered without timing
+2. during a CUDA graph capture, the miss answered before anything is read, run, timed or
+   exchanged (``frozen``: raise, or a fixed config where the front end can launch one);
+3. the stored pick looked up (every record passed ``store.records`` where it entered);
+4. the ranks of a group agreeing on the key, the candidates and every check (the effort and
+   frozen mode included: each decides which collectives a tuning makes), and on a stored pick:
+   one rank's hit is every rank's (``distributed.agree``);
+5. a hit applied, timing nothing; else, in frozen mode, the miss answered without timing
    (``frozen``); else the candidates tuned, the pick applied and kept on disk by the group's
    writer;
-5. the record handed to every ``tdp_on_tuned`` observer, for a hit as for a tuning.
-
-The contextual tuner times whole calls of its function, and a subclass with its own ``run``
-decides what it times itself: each reaches the engine in its own way (``contextual``,
-``patched/subclass``), and keeps the checks that apply there.
+6. the record handed to every ``tdp_on_tuned`` observer, for a hit as for a tuning.
 """
 
 from __future__ import annotations
@@ -59,6 +59,12 @@ class Job:
         it holds that pick. Returns the pick."""
         raise NotImplementedError
 
+    def during_capture(self) -> Any:
+        """A CUDA graph is being captured: answer without running anything. By default the miss
+        is refused (``frozen.refuse``); a front end that can launch a fixed config untuned
+        overrides this with ``frozen.fallback``."""
+        frozen.refuse(self.name)
+
     def frozen_miss(self) -> Any:
         """Frozen mode: answer the miss without timing anything (``frozen.on_miss``)."""
         raise NotImplementedError
@@ -68,7 +74,8 @@ class Job:
         raise NotImplementedError
 
     def keep(self, outcome: Outcome) -> Any:
-        """Apply the tuned pick in memory; returns it."""
+        """Apply the tuned pick in memory; returns what the front end hands back (the pick, or
+        the timings a subclass's loop asked for)."""
         raise NotImplementedError
 
     def persist(self, outcome: Outcome) -> None:
@@ -78,13 +85,22 @@ class Job:
         """Hand the record to the observers: ``outcome`` None for a hit (``found``: its entry)."""
 
 
+def checks(job: Job) -> dict:
+    """What the ranks compare besides the key and the candidates: the job's own checks, and frozen
+    mode where it is set (a frozen rank times nothing while the others would tune together)."""
+    mode = frozen.mode()
+    return {**job.checks, **({"frozen": mode} if mode else {})}
+
+
 def run(job: Job) -> Any:
     """The miss of ``job``'s key, as the module's docstring says; returns the pick."""
     settings.validate()
+    if frozen.capturing():  # nothing may be timed, synchronised or exchanged inside a capture
+        return job.during_capture()
     found = job.read()
     index = found.index if found is not None else None
     if job.group is not None:
-        index = distributed.agree(job.group, job.name, job.key, job.labels, index, job.checks)
+        index = distributed.agree(job.group, job.name, job.key, job.labels, index, checks(job))
     if index is not None:
         mine = found if found is not None and found.index == index else None
         best = job.hit(index, mine)

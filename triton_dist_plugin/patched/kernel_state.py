@@ -55,7 +55,8 @@ class KernelState:
     """
 
     __slots__ = ("arg_names", "arg_set", "keys", "key_pos", "key_get", "min_args", "launch", "launchers", "name",
-                 "fast", "generate", "hints", "crossed", "interpreted", "rankings", "substituted", "__weakref__")
+                 "fast", "generate", "hints", "crossed", "interpreted", "rankings", "substituted", "loop_picks",
+                 "__weakref__")
 
     def __init__(self, tuner: Any):
         self.arg_names = list(tuner.arg_names)
@@ -77,6 +78,9 @@ class KernelState:
         # the space was small, else None), for warm starts
         self.rankings: dict = {}
         self.substituted: set = set()  # keys frozen mode gave another key's pick (never a nearest key)
+        # A subclass's own loops, by this plugin's key (its own cache may key otherwise): the
+        # fastest candidate each key's loops timed, ``(ms, config)``, which frozen mode's nearest reads.
+        self.loop_picks: dict = {}
         flag = tuner.__dict__.get("tdp_generate")
         if flag is None:  # decorated before activation: configs=[] left upstream's single empty Config
             flag = len(tuner.configs) == 1 and not tuner.configs[0].kwargs and _has_open_tiles(tuner)

@@ -53,12 +53,14 @@ def run_wrapper(wrapped, instance, args, kwargs):
         key = state.key(args, kwargs)
         config = instance.cache.get(key)
         if config is None:
+            # Nothing may be timed inside a capture, whoever owns the miss: raise, or launch a fixed
+            # config untuned (the contextual tuner's session never sees it).
+            if frozen.capturing():
+                config = frozen.fallback(state.name, key, instance.cache, instance.configs[0], instance)
+                return _launch(instance, state, config, args, kwargs)
             owner = getattr(_MISSES, "handler", None)
             if owner is not None:
                 return owner(instance, state, key, args, kwargs)
-            if frozen.capturing():  # nothing may be timed: raise, or launch a fixed config untuned
-                config = frozen.fallback(state.name, key, instance.cache, instance.configs[0], instance)
-                return _launch(instance, state, config, args, kwargs)
             config = tune(instance, state, key, args, kwargs)
         if len(kwargs) == 2 and len(args) >= state.min_args and config.pre_hook is None:
             state.fast[state.key_get(args)] = state.hit(config, instance.fn, key)

@@ -14,15 +14,16 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
-from .. import _compat, bus, distributed, engine, frozen, settings, timing
+from .. import _compat, bus, engine, frozen, job
 from ..failures import NoValidConfig, raw
 from ..hook_objects import INF3, TuningRequest
 from . import batch as _batch
 from . import kernel_state
 from .accuracy import Gate, accuracy_check_enabled, reference_order
 from .benchmarker import screen_for, user_do_bench
-from .candidates import agree, check_conflicts, compile_all, make_call_factory, record_failure, split_launch
+from .candidates import check_conflicts, compile_all, make_call_factory, record_failure, split_launch
 from .kernel_state import KernelState, state_of
+from .loop_job import LoopJob
 
 
 def prune_wrapper(wrapped, instance, args, kwargs):
@@ -51,6 +52,7 @@ def prune_wrapper(wrapped, instance, args, kwargs):
         # A new loop: what its candidates timed one at a time are checked against (_checked_alone).
         instance.__dict__["_tdp_pruned"] = list(configs)
         instance.__dict__.pop("_tdp_loop_gate", None)
+        instance.__dict__.pop("_tdp_frozen", None)
         return configs
     return bus.prune(request, configs)
 
@@ -79,30 +81,37 @@ def bench_wrapper(wrapped, instance, args, kwargs):
     """Upstream's ``_bench`` with timing through the hook bus; failures time as infinity.
 
     Inside a subclass's own tuning loop (``batch.py``), the candidates it just pruned are
-    compiled in parallel and screened together on the first ``_bench``.
+    compiled in parallel and screened together on the first ``_bench``; each is otherwise timed
+    alone. Either way the loop's tuning is a job (``loop_job``).
     """
     meta = dict(kwargs)
     config = meta.pop("config")
     state = state_of(instance)
-    if frozen.capturing():
-        frozen.refuse(state.name)
     check_conflicts(state.name, split_launch(state, args, meta)[1], [config])
-    found = _batch.answer(instance, config, args, meta, lambda configs: _subclass_round(instance, state, args,
-                                                                                          meta, configs))
+    found = _batch.answer(instance, config, args, meta, lambda configs: job.run(
+        LoopJob(instance, state, args, meta, configs, _subclass_round)))
     if found is not None:
         return found
+    return job.run(LoopJob(instance, state, args, meta, [config], _time_alone, lambda timings: raw(timings[config]),
+                           alone=True))
+
+
+def _time_alone(loop: LoopJob) -> engine.Outcome:
+    """One candidate of a loop without a batch (parallel compilation off, its own ``prune_configs``,
+    a config it did not just prune), timed by itself as upstream's ``_bench`` does."""
+    instance, state, config = loop.instance, loop.state, loop.configs[0]
     if accuracy_check_enabled(instance):  # timed alone, but checked as the loop's batch would be
-        wrong = _checked_alone(instance, state, args, meta, config)
+        wrong = _checked_alone(instance, state, loop.args, loop.meta, config)
         if wrong is not None:
             record_failure(instance, config, wrong)
-            return list(INF3)
-    device = _compat.active_device(required=user_do_bench(instance) is None)
-    cand = engine.CandidateRequest(call=_subclass_calls(instance, state, args, meta)(config), config=config,
-                                   kernel_name=state.name, key=(), device=device, method=timing.resolve_method(device))
+            return engine.Outcome(best=config, timings={config: list(INF3)}, failures={config: wrong}, bench_time=0.0)
+    cand = engine.CandidateRequest(call=_subclass_calls(instance, state, loop.args, loop.meta)(config), config=config,
+                                   kernel_name=state.name, key=(), device=loop.request.device, method=loop.method)
     value, reason = engine.time_one(cand, user_do_bench(instance))
     if reason is not None:
         record_failure(instance, config, reason)
-    return raw(value)
+    return engine.Outcome(best=config, timings={config: value}, failures={config: reason} if reason else {},
+                          bench_time=0.0)
 
 
 def batch_bench_wrapper(wrapped, instance, args, kwargs):
@@ -114,40 +123,54 @@ def batch_bench_wrapper(wrapped, instance, args, kwargs):
     go through ``tdp_reduce_timings`` (ranks agree and take the slowest), and ``tdp_on_tuned``
     receives the record."""
     state = state_of(instance)
-    if frozen.capturing():
-        frozen.refuse(state.name)
-    meta = {k: v for k, v in kwargs.items() if k != "configs"}
-    _, launch, named, rest = split_launch(state, args, meta)
-    request = TuningRequest(state.name, state.key(args, launch), _compat.active_device(required=False), named, rest,
-                            autotuner=instance, grid=meta.get("grid"))
-    wrong: dict = {}
     configs = kwargs.get("configs")
-    if isinstance(configs, (list, tuple)) and configs:
-        configs = bus.prune(request, list(configs))  # what the subclass's own pruning kept
+    if not isinstance(configs, (list, tuple)) or not configs:
+        if frozen.capturing():
+            frozen.refuse(state.name)
+        return wrapped(*args, **kwargs)
+    own = _OwnBatch(wrapped, kwargs)
+    loop = LoopJob(instance, state, args, {k: v for k, v in kwargs.items() if k != "configs"}, list(configs), own,
+                   own.shape, device_required=False)
+    loop.configs = bus.prune(loop.request, loop.configs)  # what the subclass's own pruning kept
+    loop.labels = [str(c) for c in loop.configs]
+    return job.run(loop)
+
+
+class _OwnBatch:
+    """The subclass's ``_batch_bench`` over what the accuracy check let through, its timings
+    reduced over the group and handed back in the shape it gave them (a bare number stays one)."""
+
+    def __init__(self, wrapped: Any, kwargs: dict):
+        self.wrapped, self.kwargs, self.given = wrapped, kwargs, None
+
+    def __call__(self, loop: LoopJob) -> engine.Outcome:
+        instance, state, configs = loop.instance, loop.state, loop.configs
+        wrong: dict = {}
         if accuracy_check_enabled(instance) and len(configs) > 1:
-            wrong = _wrong_results(instance, state, args, meta, named, configs)
-        kwargs = {**kwargs, "configs": [c for c in configs if c not in wrong]}
-    timings = wrapped(*args, **kwargs)
-    if not isinstance(timings, dict):
-        return timings
-    for config in wrong:
-        timings[config] = list(INF3) if any(isinstance(t, (list, tuple)) for t in timings.values()) else INF3[0]
-        record_failure(instance, config, wrong[config])
-    if len(timings) < 2:
-        return timings
-    device = request.device
-    configs = list(timings)
-    group = distributed.kernel_group()
-    agree(group, state, request.key, configs)
-    lists = {c: bus.as_timing(t) if t is not None else list(INF3) for c, t in timings.items()}
-    reduced = bus.first_result("tdp_reduce_timings", engine.same_keys(lists), request=request, timings=lists,
-                               group=group) or lists
-    failures = {c: wrong.get(c, "timed as infinity") for c, t in reduced.items() if not t[0] < float("inf")}
-    best = min(reduced, key=lambda c: reduced[c][0])
-    outcome = engine.Outcome(best=best, timings=reduced, failures=failures, bench_time=0.0, measured=configs)
-    engine.record(request, outcome, best, reduced, method=timing.resolve_method(device), cache_hit=False)
-    # In the shape the subclass produced: a bare number stays a number.
-    return {c: (reduced[c] if isinstance(t, (list, tuple)) else reduced[c][0]) for c, t in timings.items()}
+            wrong = _wrong_results(instance, state, loop.args, loop.meta, loop.named, configs)
+        self.given = timings = self.wrapped(*loop.args, **{**self.kwargs,
+                                                           "configs": [c for c in configs if c not in wrong]})
+        if not isinstance(timings, dict):  # not timings: handed back untouched
+            return engine.Outcome(best=None, timings={}, failures={}, bench_time=0.0)
+        for config in wrong:
+            timings[config] = list(INF3) if any(isinstance(t, (list, tuple)) for t in timings.values()) else INF3[0]
+            record_failure(instance, config, wrong[config])
+        lists = {c: bus.as_timing(t) if t is not None else list(INF3) for c, t in timings.items()}
+        reduced = lists
+        if len(lists) > 1:
+            reduced = bus.first_result("tdp_reduce_timings", engine.same_keys(lists), request=loop.request,
+                                       timings=lists, group=loop.group) or lists
+        failures = {c: wrong.get(c, "timed as infinity") for c, t in reduced.items() if not t[0] < float("inf")}
+        return engine.Outcome(best=min(reduced, key=lambda c: reduced[c][0], default=None), timings=reduced,
+                              failures=failures, bench_time=0.0, measured=list(timings))
+
+    def shape(self, timings: dict) -> Any:
+        given = self.given
+        if given is None:  # frozen mode: nothing was timed
+            return timings
+        if not isinstance(given, dict) or len(given) < 2:
+            return given
+        return {c: (timings[c] if isinstance(t, (list, tuple)) else timings[c][0]) for c, t in given.items()}
 
 
 def _wrong_results(instance: Any, state: KernelState, args: tuple, meta: dict, named: dict, configs: list) -> dict:
@@ -197,36 +220,31 @@ def _subclass_calls(instance: Any, state: KernelState, args: tuple, meta: dict):
                               lambda full, exc: instance.post_hook(full, exception=exc))
 
 
-def _subclass_round(instance: Any, state: KernelState, args: tuple, meta: dict, configs: list) -> dict:
-    """Compile ``configs`` in parallel, screen and time them: ``{config: timing}`` for a subclass."""
-    settings.validate()
-    device = _compat.active_device(required=user_do_bench(instance) is None)
-    _, launch, named, rest = split_launch(state, args, meta)
-    request = TuningRequest(state.name, state.key(args, launch), device, named, rest, autotuner=instance,
-                            grid=meta.get("grid"))
-    method = timing.resolve_method(device)
+def _subclass_round(loop: LoopJob) -> engine.Outcome:
+    """Compile the loop's candidates in parallel, screen and time them: the subclass then reads
+    each one's timing from the outcome (``batch.answer``)."""
+    instance, state, configs, request = loop.instance, loop.state, loop.configs, loop.request
+    args, meta, group = loop.args, loop.meta, loop.group
     make_call = _subclass_calls(instance, state, args, meta)
     started = time.perf_counter()
     compile_all(instance, state, request, args, meta, configs)  # failures show again when timed, as upstream
     do_bench = user_do_bench(instance)
-    screen = screen_for(instance, do_bench)
-    wrong = _checked(instance, state, configs, make_call, named, {}) if accuracy_check_enabled(instance) else {}
-    group = distributed.kernel_group()  # only inside tuning_group(): the user asked for it
-    agree(group, state, request.key, configs)
+    wrong = _checked(instance, state, configs, make_call, loop.named, {}) if accuracy_check_enabled(instance) else {}
 
     def measure(candidates: list, **options):
         try:
-            return engine.run_candidates(request, candidates, make_call, method=method, do_bench=do_bench,
+            return engine.run_candidates(request, candidates, make_call, method=loop.method, do_bench=do_bench,
                                          upstream_errors=True, group=group,
                                          known_failures={c: r for c, r in wrong.items() if c in candidates}, **options)
         except NoValidConfig as exc:  # every one failed: the subclass's loop decides, as upstream
             return engine.Outcome(best=None, timings={c: list(INF3) for c in candidates}, failures=exc.failures,
                                   bench_time=time.perf_counter() - started)
 
-    outcome = measure(configs, screen=screen)
-    timings = _batch.settle(outcome.timings, set(outcome.measured), lambda under: measure(under).timings)
+    outcome = measure(configs, screen=screen_for(instance, do_bench))
+    measured = set(outcome.measured)
+    timings = _batch.settle(outcome.timings, measured, lambda under: measure(under).timings)
     for config, reason in outcome.failures.items():
         record_failure(instance, config, reason)
-    best = min(timings, key=lambda c: timings[c][0])
-    engine.record(request, outcome, best, timings, method=method, cache_hit=False)
-    return {c: raw(t) for c, t in timings.items()}
+    return engine.Outcome(best=min(timings, key=lambda c: timings[c][0]), timings=timings, failures=outcome.failures,
+                          bench_time=outcome.bench_time, measured=[c for c in configs if c in measured],
+                          decision=outcome.decision)
