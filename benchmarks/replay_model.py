@@ -80,7 +80,7 @@ def replay(case: dict) -> dict:
 
     request = tdp.TuningRequest(case["kernel"], (case["key"],), "cuda")
     problem = model.Problem(**case["problem"]) if case.get("problem") else None
-    request.ranking = model.rank(problem, configs) if problem is not None else None
+    request.found.ranking = model.rank(problem, configs) if problem is not None else None
     finalists = search.halving(request, configs, evaluate, search.Space(configs), engine.Screen())
     valid = [c for c in configs if ms[id(c)] is not None]
     best = min(ms[id(c)] for c in valid)
@@ -91,7 +91,7 @@ def replay(case: dict) -> dict:
             "compiled": len(seen), "share": round(len(seen) / len(configs), 3),
             "recall": any(id(c) in seen and ms[id(c)] == best for c in valid),
             "recall_1pct": bool(seen & near), "regret": round(got / best - 1, 4),
-            "model": request.model, "finalists": len(finalists)}
+            "model": request.found.model, "finalists": len(finalists)}
 
 
 def main() -> None:

@@ -354,6 +354,32 @@ def test_a_generated_space_is_checked_against_its_conservative_candidate(recorde
     assert large and all("NaN or Inf" in record.failures[c] for c in large)
 
 
+def test_a_generator_plugin_that_sets_request_reference_the_old_way_still_designates_it(plugins):
+    """A ``tdp_generate_configs`` plugin written when the findings lived on the request sets
+    ``request.reference``: it warns, lands in ``request.found``, and the check takes it as its
+    reference, not the first config returned (the fastest, and wrong)."""
+    configs, seen = _space(LOT, RIGHT, RIGHT), {}
+
+    class Designates:
+        @hookimpl
+        def tdp_generate_configs(self, request):
+            request.reference = configs[1]
+            seen["found"] = request.found.reference
+            return list(configs)
+
+    scripted = Scripted()
+    scripted.times = [0.1, 5.0, 6.0]
+    plugins(scripted)
+    plugins(Designates())
+    kernel = triton.autotune(configs=[], key=["n"], check_accuracy=True)(_graded)
+    x, out = torch.linspace(-1, 1, N, device=DEVICE), torch.zeros(N, device=DEVICE)
+    with pytest.warns(DeprecationWarning, match=r"request\.found\.reference"):
+        kernel[_grid](x, out, N)
+    assert seen["found"] is configs[1]
+    assert kernel.best_config.kwargs["FLAW"] == RIGHT and kernel.configs_timings[configs[0]] == [math.inf] * 3
+    torch.testing.assert_close(out, x * 2 + 1)
+
+
 # -- what a candidate wrote, wherever and however it wrote it ---------------------------------------
 
 

@@ -142,6 +142,25 @@ def test_a_search_plugin_replaces_the_builtin(plugins, timed):
     assert "BLOCK" in seen["space"]
 
 
+def test_a_search_plugins_notes_appended_to_the_request_reach_the_record(plugins, timed, recorder):
+    """``request.notes`` is ``request.found.notes``, the list the record is built from: a search
+    plugin written against the request's own notes still explains its path."""
+    seen = {}
+
+    class Explains:
+        @hookimpl
+        def tdp_search(self, request, candidates, evaluate, space, screen):
+            seen["same"] = request.notes is request.found.notes
+            request.notes.append("screened the first two only")
+            evaluate(candidates[:2])
+            return candidates[:2]
+
+    plugins(Explains())
+    kernel = triton.autotune(configs=SPACE, key=["n"])(copy)
+    launch(kernel)
+    assert seen["same"] and "screened the first two only" in recorder.records[-1].notes
+
+
 def test_a_search_plugin_that_returns_strangers_is_named(plugins):
     class Stranger:
         @hookimpl
@@ -265,7 +284,7 @@ def test_a_search_steps_across_candidates_that_failed_to_reach_the_best_beyond_t
 
     request = tdp.TuningRequest("edge", (1,), "cpu")
     start = next(c for c in space if (c.kwargs["a"], c.kwargs["b"], c.kwargs["c"]) == (6, 6, 2))
-    request.prior, request.prior_key = [start], (2,)
+    request.found.prior, request.found.prior_key = [start], (2,)
     survivors = search.halving(request, space, evaluate, search.Space(space), engine.Screen())
     best = min(survivors, key=time_of)
     assert (best.kwargs["a"], best.kwargs["b"], best.kwargs["c"]) == (8, 4, 2)

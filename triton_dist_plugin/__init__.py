@@ -40,7 +40,7 @@ from .bus import PluginError, hookimpl, plugin_manager, register, unregister  # 
 from .distributed import RankMismatch, set_tuning_group, tuning_group  # noqa: E402
 from .failures import NoValidConfig  # noqa: E402
 from .frozen import FrozenMiss, TuningDuringCapture  # noqa: E402
-from .hook_objects import CandidateRequest, TuningRecord, TuningRequest  # noqa: E402
+from .hook_objects import CandidateRequest, TuningFindings, TuningRecord, TuningRequest  # noqa: E402
 from .settings import SettingError  # noqa: E402
 
 __version__ = "0.1.0"
@@ -55,6 +55,7 @@ __all__ = [
     "RankMismatch",
     "SettingError",
     "TuningDuringCapture",
+    "TuningFindings",
     "TuningRecord",
     "TuningRequest",
     "activate",

@@ -120,7 +120,7 @@ class Session:
             # Run once each with this launch's arguments before any is timed in the flow, against
             # the reference the kernel's own order gives (as every other front end does).
             pre, post = candidates.call_hooks(tuner)
-            gate = accuracy.Gate(state.name, accuracy.reference_order(configs, tuner.configs, request.reference),
+            gate = accuracy.Gate(state.name, accuracy.reference_order(configs, tuner.configs, request.found.reference),
                                  candidates.make_call_factory(tuner, state, args, kwargs, pre, post), named)
             failed = {configs[i]: r for i, r in entry.invalid.items()}
             for config, reason in gate.check(configs, failed).items():

@@ -101,7 +101,7 @@ def _substitute(name, key, tuned, first, autotuner, device, where, setting, advi
     warnings.warn(f"{name}: key {key} was never tuned ({where}); launching {source} ({config}) without tuning "
                   f"({setting}). {advice}", RuntimeWarning, stacklevel=_callsite.stacklevel())
     request = TuningRequest(name, key, device, autotuner=autotuner)
-    request.notes.append(f"untuned key met during {where}: launched {source}")
+    request.found.notes.append(f"untuned key met during {where}: launched {source}")
     engine.record(request, None, config, {}, method="none", cache_hit=False)
     record_miss(name, key, where)
     return config

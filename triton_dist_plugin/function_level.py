@@ -179,7 +179,8 @@ class FunctionJob(job.Job):
     def hit(self, index: int, found: Optional[job.Found]) -> dict:
         self.logger.info("%s: key %r found in the cache: %s", self.name, self.key, self.reprs[index])
         self.tuner.best_configs[self.key] = self.tuner.config_space[index]
-        self.request.notes.append(f"pick read from {found.where}" if found is not None else "pick shared by a rank")
+        self.request.found.notes.append(f"pick read from {found.where}" if found is not None else
+                                        "pick shared by a rank")
         return self.tuner.config_space[index]
 
     def during_capture(self) -> dict:

@@ -1,8 +1,10 @@
-"""The objects hooks receive: what is being tuned, one candidate, the result, and a cache entry."""
+"""The objects hooks receive: what is being tuned, what its tuning finds, one candidate, the
+result, and a cache entry."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import FrozenInstanceError, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -10,24 +12,15 @@ INF3 = [float("inf")] * 3
 
 
 @dataclass
-class TuningRequest:
-    """One tuning job: a kernel (or host function) and the key it is tuned for."""
+class TuningFindings:
+    """What a tuning finds out along the way (``request.found``): the plugin's own code and any
+    plugin write here, never into the question (``TuningRequest``), which stays as it was asked."""
 
-    kernel_name: str
-    key: tuple
-    device: str
-    #: named arguments of the launch (positional ones bound to their names)
-    nargs: dict = field(default_factory=dict)
-    #: launch keywords that are not kernel arguments (meta-parameters, ``num_warps``...)
-    kwargs: dict = field(default_factory=dict)
-    #: the ``Autotuner`` being tuned, when the job is a ``@triton.autotune`` kernel
-    autotuner: Any = None
-    #: the launch grid (a tuple or a function of the meta-parameters), for kernels
-    grid: Any = None
-    #: why candidates were generated, kept or dropped (filled by ``tdp_generate_configs``)
+    #: why candidates were generated, kept or dropped, and how they were timed (``TuningRecord.notes``)
     notes: list = field(default_factory=list)
-    #: the ``torch.distributed`` group tuning together (None: this process alone)
-    group: Any = None
+    #: the candidate the accuracy check takes as its reference first, where no author's order
+    #: says (``configs=[]``: ``tdp_generate_configs`` may designate a conservative one), or None
+    reference: Any = None
     #: a warm start: the candidates in the order the nearest tuned key ranked them (fastest
     #: first), or None; ``prior_key`` is that key; ``prior_unseen``: the candidates that key's
     #: (small) space did not hold, such as those ``configs=[]`` generated for this shape only
@@ -40,9 +33,91 @@ class TuningRequest:
     ranking: Optional[list] = None
     problem: Any = None
     model: Optional[dict] = None
-    #: the candidate the accuracy check takes as its reference first, where no author's order
-    #: says (``configs=[]``: ``tdp_generate_configs`` may designate a conservative one), or None
-    reference: Any = None
+
+
+#: The findings a request once held itself: still read there, and (deprecated) assigned there.
+FINDINGS = tuple(f.name for f in fields(TuningFindings))
+
+
+def _read_through(name: str) -> property:
+    return property(lambda self: getattr(self.found, name), doc=f"``found.{name}``, read through the request.")
+
+
+@dataclass(init=False)
+class TuningRequest:
+    """One tuning job: a kernel (or host function) and the key it is tuned for.
+
+    Fixed once made (assigning a field raises ``FrozenInstanceError``), so that no search, model
+    or plugin changes the question mid-tuning. ``nargs`` and ``kwargs`` are still plain dicts:
+    they hold the launch's own arguments, which plugins read and copy as dicts; change neither.
+    What the tuning finds goes to ``found`` (a ``TuningFindings``). The findings read through
+    the request as before (``request.notes`` is ``request.found.notes``, the same list);
+    assigning one on the request still lands in ``found``, with a ``DeprecationWarning``.
+    """
+
+    kernel_name: str
+    key: tuple
+    device: str
+    #: named arguments of the launch (positional ones bound to their names)
+    nargs: dict = field(default_factory=dict)
+    #: launch keywords that are not kernel arguments (meta-parameters, ``num_warps``...)
+    kwargs: dict = field(default_factory=dict)
+    #: the ``Autotuner`` being tuned, when the job is a ``@triton.autotune`` kernel
+    autotuner: Any = None
+    #: the launch grid (a tuple or a function of the meta-parameters), for kernels
+    grid: Any = None
+    #: the ``torch.distributed`` group tuning together (None: this process alone)
+    group: Any = None
+    #: what the tuning finds out: notes, the reference, the warm start, the ranking, the model's verdict
+    found: TuningFindings = field(default_factory=TuningFindings)
+
+    def __init__(self, kernel_name: str, key: tuple, device: str, nargs: Optional[dict] = None,
+                 kwargs: Optional[dict] = None, autotuner: Any = None, grid: Any = None, notes: Optional[list] = None,
+                 group: Any = None, prior: Optional[list] = None, prior_key: Any = None,
+                 prior_unseen: Optional[list] = None, ranking: Optional[list] = None, problem: Any = None,
+                 model: Optional[dict] = None, reference: Any = None, *,
+                 found: Optional[TuningFindings] = None) -> None:
+        # The arguments, positions included, of the request that held its findings: plugins and
+        # tests build requests so.
+        found = TuningFindings() if found is None else found
+        given = {"notes": notes, "prior": prior, "prior_key": prior_key, "prior_unseen": prior_unseen,
+                 "ranking": ranking, "problem": problem, "model": model, "reference": reference}
+        for name, value in given.items():
+            if value is not None:
+                setattr(found, name, value)
+        question = {"kernel_name": kernel_name, "key": key, "device": device,
+                    "nargs": {} if nargs is None else nargs, "kwargs": {} if kwargs is None else kwargs,
+                    "autotuner": autotuner, "grid": grid, "group": group, "found": found}
+        for name, value in question.items():
+            object.__setattr__(self, name, value)
+
+    notes = _read_through("notes")
+    reference = _read_through("reference")
+    prior = _read_through("prior")
+    prior_key = _read_through("prior_key")
+    prior_unseen = _read_through("prior_unseen")
+    ranking = _read_through("ranking")
+    problem = _read_through("problem")
+    model = _read_through("model")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in FINDINGS:  # a plugin written when findings lived on the request
+            warnings.warn(f"assigning request.{name} is deprecated: the tuning's findings live in "
+                          f"request.found; assign request.found.{name}", DeprecationWarning, stacklevel=2)
+            setattr(self.found, name, value)
+        elif name in _QUESTION:
+            raise FrozenInstanceError(f"cannot assign to field {name!r}: a TuningRequest is the question being "
+                                      "tuned and does not change; what the tuning finds goes to request.found")
+        else:  # an attribute of a plugin's own, hung on the request: as before
+            object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in _QUESTION or name in FINDINGS:
+            raise FrozenInstanceError(f"cannot delete field {name!r} of a TuningRequest")
+        object.__delattr__(self, name)
+
+
+_QUESTION = frozenset(f.name for f in fields(TuningRequest))
 
 
 @dataclass

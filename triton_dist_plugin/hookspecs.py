@@ -12,6 +12,15 @@ can replace it.
 Hooks are always called with keyword arguments; an implementation may accept only the ones it
 needs. Hook wrappers are not called for the ``firstresult``, pruning and cache-store hooks, whose
 results are checked one implementation at a time so that a wrong result names its plugin.
+
+A :class:`~triton_dist_plugin.TuningRequest` is the question being tuned, fixed once made: its
+fields (``kernel_name``, ``key``, ``device``, ``nargs``, ``kwargs``, ``autotuner``, ``grid``,
+``group``) cannot be assigned. What a tuning finds out along the way lives in ``request.found``
+(a :class:`~triton_dist_plugin.TuningFindings`: ``notes``, ``reference``, ``prior``,
+``prior_key``, ``prior_unseen``, ``ranking``, ``problem``, ``model``), where plugins write. Those
+still read through the request (``request.notes`` is ``request.found.notes``, the same list);
+assigning one on the request (``request.reference = c``) still lands in ``request.found`` but is
+deprecated, with a ``DeprecationWarning``.
 """
 
 from __future__ import annotations
@@ -37,9 +46,10 @@ def tdp_generate_configs(request):
         named arguments, launch keywords, device).
     :returns: a non-empty list of ``triton.Config``, or None to let the next implementation
         decide. Stops at the first non-None result. An implementation may set
-        ``request.reference`` to one of the configs it returns: the accuracy check's reference
+        ``request.found.reference`` to one of the configs it returns: the accuracy check's reference
         (``check_accuracy=True``), a conservative candidate it trusts to compute the right
-        result; otherwise the first config it returns is.
+        result; otherwise the first config it returns is. (Setting ``request.reference``, as
+        plugins once did, still works, with a ``DeprecationWarning``.)
     """
 
 
@@ -70,7 +80,7 @@ def tdp_rank_candidates(request, candidates):
     against the extents they tile, waves over the cores, a ``tl.dot`` tile's intensity, shared
     memory and registers. The built-in searches compile the best-ranked few first, then the
     neighbours of the best measured, and compile the rest when the ranking and the measurements
-    disagree (see ``search/guided.py``); ``request.model`` then tells how it went (kept, screened,
+    disagree (see ``search/guided.py``); ``request.found.model`` then tells how it went (kept, screened,
     the rank correlation, and whether the best screened was among those kept: the recall).
 
     :param request: the :class:`~triton_dist_plugin.TuningRequest`.
@@ -92,11 +102,11 @@ def tdp_search(request, candidates, evaluate, space, screen):
     The built-in (``tdp.search``, ``trylast``) is ``halving`` or ``optuna``
     (``TRITON_DIST_AUTOTUNE_SEARCH``; see ``search.py``).
 
-    :param request: the :class:`~triton_dist_plugin.TuningRequest`; ``request.prior``
+    :param request: the :class:`~triton_dist_plugin.TuningRequest`; ``request.found.prior``
         holds the nearest tuned key's candidates, fastest first (a warm start), or None, and
-        ``request.prior_unseen`` those that key's space did not hold (nothing is known of them);
-        ``request.ranking`` what ``tdp_rank_candidates`` predicted (or None); append to
-        ``request.notes`` to explain the path taken.
+        ``request.found.prior_unseen`` those that key's space did not hold (nothing is known of
+        them); ``request.found.ranking`` what ``tdp_rank_candidates`` predicted (or None); append
+        to ``request.found.notes`` to explain the path taken (they reach ``TuningRecord.notes``).
     :param candidates: the candidates, in their given order.
     :param evaluate: ``evaluate(subset) -> {candidate: [p50, p20, p80]}``: compiles the
         candidates of ``subset`` not yet compiled (in parallel), runs them in the isolation

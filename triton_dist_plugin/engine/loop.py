@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Optional
 
 from .. import bus, distributed, settle
@@ -97,7 +98,9 @@ class _Run:
     def __init__(self, request, configs, make_call, method, do_bench, group, on_candidate, prepare,
                  known_failures, screen):
         self.start = time.perf_counter()
-        request.group = group
+        # The question as this loop asks it, over ``group``: a request is fixed once made, so a copy,
+        # sharing its findings (what the loop finds reaches the caller's request too).
+        request = request if request.group is group else replace(request, group=group)
         self.request, self.configs, self.make_call, self.method = request, configs, make_call, method
         self.do_bench, self.group, self.on_candidate, self.prepare = do_bench, group, on_candidate, prepare
         self.alone = group is None or distributed.world_size(group) < 2
@@ -151,11 +154,11 @@ class _Run:
         request, configs, policy = self.request, self.configs, self.policy
         screen.order = {id(c): i for i, c in enumerate(configs)}
         step = _Steps(self, screen, Space(configs, features), anchor)
-        request.ranking = bus.first_result("tdp_rank_candidates", scores_of(configs), request=request,
-                                           candidates=configs) if model.enabled() else None
+        request.found.ranking = bus.first_result("tdp_rank_candidates", scores_of(configs), request=request,
+                                                 candidates=configs) if model.enabled() else None
         if not self.alone:  # ranks of other machines (or settings) might rank apart: every rank takes rank 0's
-            request.ranking = distributed.from_first(self.group, request.ranking,
-                                                     f"sharing the ranking of {request.kernel_name}")
+            request.found.ranking = distributed.from_first(self.group, request.found.ranking,
+                                                           f"sharing the ranking of {request.kernel_name}")
         finalists = bus.first_result("tdp_search", finalists_of(configs), request=request, candidates=configs,
                                      evaluate=step, space=step.space, screen=screen)
         note = f"screened {len(step.screened)} of {len(configs)} candidates in {time.perf_counter() - self.start:.2f}s"
@@ -174,7 +177,7 @@ class _Run:
                 f"{per_round(policy.second_repeat, count) * count} runs ({count} interleaved rounds)"
             note += f", then the best {len(finalists)} for {runs} in {time.perf_counter() - started:.2f}s"
             finalists = screen.narrow(second) or finalists
-        request.notes.append(f"{note}; measuring the best {len(finalists)} fully")
+        request.found.notes.append(f"{note}; measuring the best {len(finalists)} fully")
         return finalists
 
     def measure(self, finalists: list, steady: Optional[Screen], interleave: bool, n_warmup, n_repeat) -> dict:
@@ -190,8 +193,8 @@ class _Run:
             runs = "" if full == (n_warmup, n_repeat) or self.method == "cudagraph" else \
                 f" ({full[1]} runs each)" if count == 1 else \
                 f" ({per_round(full[1], count) * count} runs each, in {count} interleaved rounds)"
-            self.request.notes.append(f"measured {len(finalists)} finalists{runs} in "
-                                      f"{time.perf_counter() - started:.2f}s")
+            self.request.found.notes.append(f"measured {len(finalists)} finalists{runs} in "
+                                            f"{time.perf_counter() - started:.2f}s")
         self.timings.update(final)
         self.failures.update(failed)
         return final
@@ -219,7 +222,7 @@ class _Run:
             return round_(self.request, subset, self.calls, self.method, None, *counts, self.group, None)[0]
 
         best, decision = settle.settle(valid, self.configs, measure, self.policy)
-        self.request.notes.append(settle.sentence(decision))
+        self.request.found.notes.append(settle.sentence(decision))
         return best, decision
 
     def no_valid(self, upstream_errors: bool) -> BaseException:

@@ -24,14 +24,15 @@ class Outcome:
 
 def record(request: TuningRequest, outcome: Optional[Outcome], best: Any, timings: dict, *, method: str,
            cache_hit: bool, measured: Optional[list] = None) -> TuningRecord:
-    """Build the record of a finished tuning and hand it to every ``tdp_on_tuned`` observer.
+    """Build the record of a finished tuning and hand it to every ``tdp_on_tuned`` observer; what
+    the tuning found out (its notes, the model's verdict) comes from ``request.found``.
     ``measured``: without an outcome (a cache hit), the candidates the stored entry measured fully."""
     rec = TuningRecord(
         kernel_name=request.kernel_name, key=request.key, best_config=best, timings=dict(timings or {}),
         failures=dict(outcome.failures) if outcome else {}, bench_time=outcome.bench_time if outcome else None,
         cache_hit=cache_hit, method=method, device=request.device, autotuner=request.autotuner,
-        notes=list(request.notes), measured=list(outcome.measured) if outcome else list(measured or []),
-        model=getattr(request, "model", None), decision=outcome.decision if outcome else None,
+        notes=list(request.found.notes), measured=list(outcome.measured) if outcome else list(measured or []),
+        model=request.found.model, decision=outcome.decision if outcome else None,
     )
     bus.notify(rec)
     return rec

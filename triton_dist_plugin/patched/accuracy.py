@@ -8,7 +8,7 @@ The reference never depends on which candidates a search, the cost model or a wa
 happens to run first, since any of those may put a wrong candidate first. It is the kernel
 author's first config (the seed's advice: put a stable configuration first), else the next in
 the author's order when that one fails; for generated spaces (``configs=[]``), the candidate the
-generator designates (``request.reference``: the built-in's conservative tiling), then the
+generator designates (``request.found.reference``: the built-in's conservative tiling), then the
 rest. It is run for the check even where the search would not otherwise run it. A result with
 NaN or Inf where one of the next few working candidates has finite values is wrong, never a
 reference.

@@ -159,8 +159,8 @@ def compile_all(instance: Any, state: KernelState, request: TuningRequest, args:
     started = time.perf_counter()
     failed = precompile(instance, state, args, kwargs, configs, group, on_ready, wanted)
     left = sum(map(_precompile.never_timed, failed.values()))
-    request.notes.append(f"compiled {len(configs) - left} candidates in {time.perf_counter() - started:.2f}s"
-                         f" ({_precompile.summary()})")
+    request.found.notes.append(f"compiled {len(configs) - left} candidates in {time.perf_counter() - started:.2f}s"
+                               f" ({_precompile.summary()})")
     return failed
 
 

@@ -88,7 +88,8 @@ class KernelJob(job.Job):
         instance.configs_timings = dict(found.timings) if found is not None else {}
         instance.bench_time = 0.0
         self.reset_only(config)
-        self.request.notes.append(f"pick read from {found.where}" if found is not None else "pick shared by a rank")
+        self.request.found.notes.append(f"pick read from {found.where}" if found is not None else
+                                        "pick shared by a rank")
         return config
 
     def frozen_miss(self) -> Any:
@@ -146,7 +147,8 @@ class KernelJob(job.Job):
                 seen.add(id(config))
                 bar.update(1)
 
-        request.prior, request.prior_key, request.prior_unseen = warm_start(state, self.store, key, configs, group)
+        findings = request.found
+        findings.prior, findings.prior_key, findings.prior_unseen = warm_start(state, self.store, key, configs, group)
         try:
             self.outcome = outcome = engine.run_candidates(
                 request, configs, self.make_call, method=self.method, do_bench=do_bench, group=group,
@@ -196,7 +198,7 @@ class KernelJob(job.Job):
 
         # The reference is sought on each rank from its own results, so a candidate readied for it
         # alone is compiled by this rank alone (no exchange another rank may not make).
-        gate = accuracy.Gate(state.name, accuracy.reference_order(configs, instance.configs, request.reference),
+        gate = accuracy.Gate(state.name, accuracy.reference_order(configs, instance.configs, request.found.reference),
                              make_call, named, lambda extra: {k: v for d in ready(extra, together=False)
                                                               for k, v in d.items()}) \
             if accuracy_check_enabled(instance) else None
@@ -229,7 +231,7 @@ def _persist(store: persist.KernelStore, state: KernelState, key: tuple, outcome
              method: str, request: TuningRequest) -> None:
     try:
         store.store(key, outcome.best, outcome.timings, outcome.failures, outcome.measured, method, outcome.bench_time,
-                    space=state.rankings[key][1], notes=request.notes, model=request.model,
+                    space=state.rankings[key][1], notes=request.found.notes, model=request.found.model,
                     decision=outcome.decision)
     except OSError as exc:  # a full disk or an unwritable directory must not lose the tuning
         cache.warn_unwritable(store.name, store.dir, key, exc)
@@ -252,7 +254,8 @@ def _isolation(instance: Any, state: KernelState, args: tuple, kwargs: dict, con
             full = isolate_source.with_heuristics(layers, args, launch, meta, grid) if layers else meta
             runs[i] = (meta, grid({**named, **launch, **full}) if callable(grid) else grid)
         except Exception as exc:  # noqa: BLE001 - the launch itself meets (and reports) the same error
-            request.notes.append(f"not isolated: its grid could not be computed ahead ({type(exc).__name__}: {exc})")
+            request.found.notes.append(
+                f"not isolated: its grid could not be computed ahead ({type(exc).__name__}: {exc})")
             return None, {}
     worker = isolate.worker()
     worker.prepare(instance.fn, type(instance.fn).__name__, args, launch)
@@ -267,9 +270,9 @@ def _isolated(worker: Any, request: TuningRequest, configs: list, runs: dict, fa
     try:
         unsafe = worker.finish(todo)
     except isolate.Unisolated as exc:
-        request.notes.append(f"not isolated: {exc}")
+        request.found.notes.append(f"not isolated: {exc}")
         return {}
-    request.notes.append(f"ran {len(todo)} candidates in the isolation worker, done "
-                         f"{time.perf_counter() - started:.2f}s after compiling ({worker.timeline()}); "
-                         f"{len(unsafe)} failed there")
+    request.found.notes.append(f"ran {len(todo)} candidates in the isolation worker, done "
+                               f"{time.perf_counter() - started:.2f}s after compiling ({worker.timeline()}); "
+                               f"{len(unsafe)} failed there")
     return {configs[i]: reason for i, reason in unsafe.items()}

@@ -1,5 +1,5 @@
 """The cold first step of the built-in searches when a cost model has ranked the candidates
-(``request.ranking``: ``tdp_rank_candidates``, ``model.py``): compile the model's best few, climb
+(``request.found.ranking``: ``tdp_rank_candidates``, ``model.py``): compile the model's best few, climb
 from what measured best, and fall back to the model-free search whenever the model is not borne out.
 
 1. **Kept**: the model's best (predicted within ``band`` of its best), at least ``keep_min`` and at
@@ -16,7 +16,7 @@ from what measured best, and fall back to the model-free search whenever the mod
    leader has a neighbour left: a model that misjudges a parameter's best value is corrected
    here, one step at a time.
 
-What is recorded (``request.model``): ``kept``, ``screened``, ``of``, ``rho``, ``trusted``, and
+What is recorded (``request.found.model``): ``kept``, ``screened``, ``of``, ``rho``, ``trusted``, and
 ``recall``: whether the best screened was among those kept (a miss means the climb found it).
 Every number named here is the tuning's ``policy.Policy`` (the engine's ``Screen`` holds it).
 """
@@ -40,7 +40,7 @@ def guided(request: Any, candidates: list, evaluate: Callable[[list], dict], spa
     ``trusted`` False the caller goes on with its own search from what was screened. ``screen``
     (the engine's ``Screen``) orders the leaders the climb starts from and tells the screening's
     noise."""
-    scores, p = request.ranking, screen.policy
+    scores, p = request.found.ranking, screen.policy
     position = {id(c): i for i, c in enumerate(candidates)}
     order = sorted((i for i, s in enumerate(scores) if math.isfinite(s)), key=lambda i: (scores[i], i))
     best = scores[order[0]]
@@ -81,10 +81,10 @@ def guided(request: Any, candidates: list, evaluate: Callable[[list], dict], spa
                 break
             step(frontier[:batch])
     leader = screen.leaders(screened)[:1]
-    request.model = {"kept": len(kept), "screened": len(screened), "of": len(candidates),
-                     "rho": None if rho is None else round(rho, 3), "trusted": trusted,
-                     "recall": bool(leader) and id(leader[0]) in kept}
-    request.notes.append(_note(request.model))
+    request.found.model = {"kept": len(kept), "screened": len(screened), "of": len(candidates),
+                           "rho": None if rho is None else round(rho, 3), "trusted": trusted,
+                           "recall": bool(leader) and id(leader[0]) in kept}
+    request.found.notes.append(_note(request.found.model))
     return screened, trusted
 
 

@@ -1,7 +1,7 @@
 """The built-in ``halving`` search (``TRITON_DIST_AUTOTUNE_SEARCH=halving``, the default), and the
 knobs every built-in search shares (see ``strategy.py`` for the hook and the strategies' contract).
 
-A cold key whose candidates a cost model ranked (``request.ranking``) takes the guided first step
+A cold key whose candidates a cost model ranked (``request.found.ranking``) takes the guided first step
 of ``guided.py``; what follows is what it falls back to when the model is not borne out or abstains.
 
 A space of at most ``TRITON_DIST_AUTOTUNE_SEARCH_WHOLE`` candidates with no tuned key nearby is
@@ -11,10 +11,10 @@ whole: a seeded sample (``Policy.sample``) is screened, then the neighbours of t
 ``TRITON_DIST_AUTOTUNE_SEARCH_BUDGET`` is spent). A candidate far from every leader is never
 compiled: that is how hopeless shapes are left out. A neighbour that failed (out of resources,
 say) is stepped across: its own neighbours join the frontier. At a local best it screens one
-more sample, and climbs on from it only if that found better. With a warm start (``request.prior``: the
+more sample, and climbs on from it only if that found better. With a warm start (``request.found.prior``: the
 nearest tuned key's candidates, fastest first), whatever the space's size, the first step
 screens that ranking's best, the neighbours of its pick and the candidates that key never had
-(``request.prior_unseen``: ``configs=[]`` generates per shape) in one wave of compiles, and
+(``request.found.prior_unseen``: ``configs=[]`` generates per shape) in one wave of compiles, and
 the search climbs on only while the best moves. The survivors are then halved through longer rounds
 by the engine, as for any space.
 """
@@ -64,10 +64,10 @@ def halving(request: Any, candidates: list, evaluate: Callable[[list], dict], sp
     """The built-in ``halving`` strategy (see the module's docstring)."""
     policy = screen.policy
     given = {id(c) for c in candidates}
-    prior = [c for c in (getattr(request, "prior", None) or []) if id(c) in given]
+    prior = [c for c in (request.found.prior or []) if id(c) in given]
     cap = budget(len(candidates))
     screened: dict = {}
-    if not prior and guided.usable(getattr(request, "ranking", None), candidates):
+    if not prior and guided.usable(request.found.ranking, candidates):
         screened, trusted = guided.guided(request, candidates, evaluate, space, cap, policy.batch, screen)
         if trusted or len(screened) >= cap:
             return screen.survivors(screened)
@@ -75,8 +75,8 @@ def halving(request: Any, candidates: list, evaluate: Callable[[list], dict], sp
         screened.update(evaluate(candidates))
         return screen.survivors(screened)
     _climb(request, candidates, evaluate, space, policy, prior, cap, screened)
-    request.notes.append(f"searched {len(screened)} of {len(candidates)} candidates"
-                         + (f", starting from the nearest tuned key {request.prior_key}" if prior else ""))
+    request.found.notes.append(f"searched {len(screened)} of {len(candidates)} candidates"
+                               + (f", starting from the nearest tuned key {request.found.prior_key}" if prior else ""))
     return screen.survivors(screened)
 
 
@@ -112,9 +112,9 @@ def _climb(request: Any, candidates: list, evaluate: Callable[[list], dict], spa
         return rng.sample(rest, min(policy.sample, len(rest)))
 
     # A warm start screens the nearest key's best, the neighbours of its pick and what that key
-    # never had (``request.prior_unseen``) in one step (one wave of compiles); a cold one a
+    # never had (``request.found.prior_unseen``) in one step (one wave of compiles); a cold one a
     # seeded sample, large enough to land near the good region.
-    unseen = [c for c in getattr(request, "prior_unseen", None) or [] if id(c) in given]
+    unseen = [c for c in request.found.prior_unseen or [] if id(c) in given]
     step(prior[:policy.warm_first] + around(prior[:1]) + unseen if prior else sample())
     restarted = False
     while len(screened) < cap:

@@ -176,5 +176,5 @@ class BuiltinModel:
         problem = problem_of(request)
         if problem is None:
             return None
-        request.problem = problem
+        request.found.problem = problem
         return rank(problem, candidates)

@@ -44,8 +44,8 @@ def tpe(request: Any, candidates: list, evaluate: Callable[[list], dict], space:
     study = optuna.create_study(direction="minimize", sampler=sampler)
     distributions = search_space(space)
     position = {id(c): i for i, c in enumerate(candidates)}
-    prior = [c for c in (getattr(request, "prior", None) or []) if id(c) in position][: policy.warm_first]
-    unseen = [c for c in getattr(request, "prior_unseen", None) or [] if id(c) in position] if prior else []
+    prior = [c for c in (request.found.prior or []) if id(c) in position][: policy.warm_first]
+    unseen = [c for c in request.found.prior_unseen or [] if id(c) in position] if prior else []
     for c in prior + unseen:
         study.enqueue_trial(dict(zip(space.names, space.coords[position[id(c)]])))
     screened: dict = {}
@@ -75,6 +75,6 @@ def tpe(request: Any, candidates: list, evaluate: Callable[[list], dict], space:
         best = min(best, now)
         if len(screened) == len(candidates):
             break
-    request.notes.append(f"optuna's TPE sampler searched {len(screened)} of {len(candidates)} candidates"
-                         + (f", starting from the nearest tuned key {request.prior_key}" if prior else ""))
+    request.found.notes.append(f"optuna's TPE sampler searched {len(screened)} of {len(candidates)} candidates"
+                               + (f", starting from the nearest tuned key {request.found.prior_key}" if prior else ""))
     return screen.survivors(screened)

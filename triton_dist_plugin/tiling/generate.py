@@ -220,8 +220,8 @@ class BuiltinGenerator:
         an = _analysis.analyse(tuner.fn)
         result = plan(tuner, an, request.nargs, {**request.kwargs, "grid": request.grid},
                       getattr(tuner, "tdp_hints", None) or {})
-        request.notes = result.notes
-        request.reference = conservative(result.configs)
+        request.found.notes = result.notes
+        request.found.reference = conservative(result.configs)
         for line in result.notes:
             log.debug("%s key=%s: %s", request.kernel_name, request.key, line)
         return result.configs
