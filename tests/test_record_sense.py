@@ -162,8 +162,8 @@ def test_a_record_that_contradicts_itself_is_invalid(kind, case):
 def _contradicting(record: dict) -> dict:
     """``record`` with its pick the NaN writer, which it marks as having hung."""
     bad = copy.deepcopy(record)
-    bad["pick_config"] = WRONG
     row = _row(bad, WRONG)
+    bad.update(pick=row["index"], pick_config=WRONG)
     row.update(failure=HANG, ms=None, timing=[None, None, None], measured=True)
     return bad
 
@@ -174,7 +174,7 @@ def test_a_stored_pick_the_record_marks_failed_is_never_launched(failing_record,
     launch(checked())
     (path,) = kernel_entries(tmp_path / "tdp-cache")
     path.write_text(json.dumps(_contradicting(json.loads(path.read_text()))))
-    with pytest.warns(RuntimeWarning, match=r"field 'pick_config' names candidates\[\d\], which failed"):
+    with pytest.warns(RuntimeWarning, match=r"field 'pick' names candidates\[\d\], which failed"):
         x, out = launch(checked())
     torch.testing.assert_close(out, x)
     assert not recorder.records[-1].cache_hit
@@ -199,7 +199,7 @@ def test_the_command_line_names_a_record_that_contradicts_itself(failing_record,
     for command in (["list"], ["show", "copy"], ["export"]):
         cli.main(command)
         err = capsys.readouterr().err
-        assert f"skipping {path}: field 'pick_config' names" in err and "1 entry could not be read" in err, err
+        assert f"skipping {path}: field 'pick' names" in err and "1 entry could not be read" in err, err
 
 
 # -- every number of a stored key is bounded ----------------------------------------------------

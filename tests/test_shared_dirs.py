@@ -44,7 +44,8 @@ def victim(tmp_path) -> Path:
 
 #: a function-level record as the tuner hands it to ``FunctionCache.store`` (one candidate, the pick)
 VALID = {"pick": 0, "pick_config": "{'a': 1}", "method": "wall", "bench_time_s": 0.1, "retained": [0],
-         "candidates": [{"index": 0, "config": "{'a': 1}", "ms": [1.0, 1.0, 1.0], "failure": None, "measured": True}]}
+         "candidates": [{"index": 0, "config": "{'a': 1}", "ms": 1.0, "timing": [1.0, 1.0, 1.0], "failure": None,
+                         "measured": True}]}
 
 
 def untouched(path: Path, text: str = '{"ssh": "key"}') -> bool:

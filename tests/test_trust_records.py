@@ -386,7 +386,7 @@ def test_threads_racing_a_manifest_import_wait_for_its_records(tmp_path):
     padding = []  # other functions' entries, imported first
     for n in range(400):
         record = {**item["record"], "function": f"pad{n}"}
-        digest = describe.entry_digest(record["source"], record["hardware"], record["key"])
+        digest = describe.entry_digest(record["source"], record["hardware"], record["key"], record["context"])
         padding.append({**item, "relpath": f"pad{n}/{digest}.json", "record": record})
     (tmp_path / "m.json").write_text(json.dumps(padding + [item]))
     env = {**env, "TRITON_DIST_AUTOTUNE_DIR": str(tmp_path / "fresh"), "TRITON_DIST_AUTOTUNE_FROZEN": "strict",

@@ -113,7 +113,8 @@ def first_result(hook_name: str, check: Callable[[Any], Any], **kwargs: Any) -> 
 def cache_get(entry: Any) -> Optional[tuple[str, dict]]:
     """``(store name, record)`` from the first store that has a valid record for ``entry``
     (``tdp_cache_get``), or None. Every record passes ``records.check`` here, whatever store it
-    came from: an invalid one is warned about (naming the store) and the next store is asked;
+    came from, and is returned in this version's layout (whatever format it was stored in): an
+    invalid one is warned about (naming the store) and the next store is asked;
     the key is then re-tuned and its entry replaced."""
     for impl in _impls("tdp_cache_get"):
         record = _call(impl, {"entry": entry})

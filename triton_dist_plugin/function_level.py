@@ -33,7 +33,7 @@ from .function_keys import _ADDRESS, _hashable, _require_value_key, _short, _unh
 from .hook_objects import TuningRequest
 from .reporting import report
 from .search import strategy as search
-from .store import cache, describe, manifest
+from .store import cache, describe, manifest, records
 
 log = logging.getLogger("triton_dist_plugin.tune")
 
@@ -169,12 +169,13 @@ class FunctionJob(job.Job):
 
     def read(self) -> Optional[job.Found]:
         manifest.load_from_env()
-        record = self.store.load(self.key, self.reprs)
-        if record is None or record["pick"] not in self.retained:
+        found = self.store.find(self.key, self.reprs)
+        if found is None or found[1]["pick"] not in self.retained:
             return None
-        items = [c for c in record.get("candidates", []) if isinstance(c, dict)]
-        return job.Found(record["pick"], {c.get("config"): _stored_ms(c.get("ms")) for c in items},
-                         str(self.store.path(self.key)), [c.get("config") for c in items if c.get("measured")])
+        where, record = found
+        items = record["candidates"]  # in this version's layout, whatever format it was stored in
+        return job.Found(record["pick"], {c["config"]: _stored_ms(c["timing"]) for c in items}, where,
+                         [c["config"] for c in items if c["measured"]])
 
     def hit(self, index: int, found: Optional[job.Found]) -> dict:
         self.logger.info("%s: key %r found in the cache: %s", self.name, self.key, self.reprs[index])
@@ -238,8 +239,9 @@ class FunctionJob(job.Job):
             self.store.store(self.key, {
                 "pick": best, "pick_config": reprs[best], "method": self.method,
                 "bench_time_s": outcome.bench_time, "retained": self.retained,
-                "candidates": [{"index": i, "config": reprs[i], "ms": t if all(map(_finite, t)) else None,
-                                "failure": outcome.failures.get(i), "measured": i in outcome.measured}
+                # A timing with any part not finite is stored as none (the candidate "timed as infinity").
+                "candidates": [records.row(i, reprs[i], t if all(map(_finite, t)) else [None] * len(t),
+                                           outcome.failures.get(i), i in outcome.measured)
                                for i, t in outcome.timings.items()],
             })
         except OSError as exc:  # a full disk, an unwritable directory or a store that is down
@@ -262,10 +264,10 @@ class FunctionJob(job.Job):
         engine.record(self.request, named, named.best, named.timings, method=self.method, cache_hit=False)
 
 
-def _stored_ms(ms: Any) -> list:
-    """A stored candidate's ``ms`` (a number, or one to three numbers: what ``records.check``
+def _stored_ms(timing: Any) -> list:
+    """A stored candidate's ``timing`` (a number, or one to three numbers: what ``records.check``
     lets through) as ``[p50, p20, p80]``; a failed one (no time) as infinity."""
-    values = [ms] if not isinstance(ms, (list, tuple)) else list(ms)
+    values = [timing] if not isinstance(timing, (list, tuple)) else list(timing)
     if not values or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         return [float("inf")] * 3
     return [float(v) for v in (values + [values[0]] * 2)[:3]]

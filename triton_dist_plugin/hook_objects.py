@@ -176,8 +176,8 @@ class CacheEntry:
     kind: str
     #: the kernel's name, or the function's ``module.qualname``
     name: str
-    #: a stable id of the source, the hardware, the key and (kernels) what else the pick was keyed
-    #: on (the entry file's name, less ``.json``)
+    #: a stable id of the source, the hardware, the key and what else the pick was keyed on (its
+    #: context; for a function entry of format 1 or 2, none) (the entry file's name, less ``.json``)
     digest: str
     path: Path
     #: the cache root ``path`` lies below: the file store refuses a symbolic link anywhere between

@@ -182,15 +182,18 @@ def tdp_cache_get(entry):
 
     The built-in file store (``tdp.store``, ``trylast``) reads ``entry.path``; a store registered
     without ``trylast`` is asked before it, and ``unregister(name="tdp.store")`` leaves the
-    registered stores alone. Whatever store answers, the record is checked as a file's is (format,
-    key, pick still among the candidates, versions with ``TRITON_DIST_AUTOTUNE_VERSION_CHECK=1``);
-    one that fails is tuned again. Only these lookups go through stores: directory scans (frozen
-    mode's nearest key, ``triton-dist-tune`` list/show/export/clear, manifest import) and the
-    ``.log`` beside a function-level entry read and write the local cache directory only.
+    registered stores alone. Whatever store answers, the record is checked as a file's is (the
+    layout of its format, an older one read in the current layout; key, context, pick still among
+    the candidates, versions with ``TRITON_DIST_AUTOTUNE_VERSION_CHECK=1``); one that fails is
+    tuned again. For a function-level key under the default search and effort a second ``entry``
+    may be asked for: the place earlier formats gave it (its digest covered no context). Only
+    these lookups go through stores: directory scans (frozen mode's nearest key,
+    ``triton-dist-tune`` list/show/export/clear, manifest import) and the ``.log`` beside a
+    function-level entry read and write the local cache directory only.
 
     :param entry: the :class:`~triton_dist_plugin.hook_objects.CacheEntry`: ``kind`` (``"kernel"``
-        or ``"function"``), ``name``, ``digest`` (a stable id of the source, hardware and key) and
-        ``path`` (the built-in file store's place for it). Stores on other media key on
+        or ``"function"``), ``name``, ``digest`` (a stable id of the source, hardware, key and
+        context) and ``path`` (the built-in file store's place for it). Stores on other media key on
         ``(kind, name, digest)``.
     :returns: the stored JSON object (a dict, as ``tdp_cache_put`` received it), or None to let
         the next store answer (absent, unreadable, unreachable: warn and return None). Stops at

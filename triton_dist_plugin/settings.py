@@ -253,6 +253,12 @@ def value(name: str) -> Any:
         raise SettingError(error_message(setting, raw)) from None
 
 
+def unset_value(name: str) -> Any:
+    """The value the setting ``name`` has when it is not set (its default, parsed)."""
+    setting = _BY_NAME[name]
+    return setting.parse("") if setting.parse is not None else ""
+
+
 def plain(text: str) -> str:
     """``text`` without the markdown code marks the docs table keeps (for messages shown to users)."""
     return re.sub(r"`([^`]*)`", r"\1", text).replace("`", "")

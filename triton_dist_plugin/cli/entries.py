@@ -35,7 +35,8 @@ class Entry:
     when: str
     path: str
     candidates: list = field(default_factory=list)
-    restore: dict = field(default_factory=dict)  # the plugin's own entries: what `import` writes back
+    restore: dict = field(default_factory=dict)  # the plugin's own entries: what `import` writes back, as stored
+    record: dict = field(default_factory=dict)  # the plugin's own entries: the record in this version's layout
 
 
 def kernel_cache_root() -> Path:
@@ -101,16 +102,17 @@ class Reader:
             try:
                 if why is not None:
                     raise records.RecordError(why)
-                records.check(rec, kind)
+                current = records.check(rec, kind)  # an older format's entry, in this version's layout
             except records.RecordError as exc:
                 self.skip(path, str(exc))
                 continue
             self.found += 1
-            cands = [{"config": c["config"], "ms": _ms(c.get("ms")), "failure": c.get("failure"),
-                      "measured": c.get("measured", True) is not False} for c in rec["candidates"]]
+            cands = [{"config": c["config"], "ms": _ms(c["ms"]), "failure": c["failure"], "measured": c["measured"]}
+                     for c in current["candidates"]]
             best = min((c["ms"] for c in cands if c["ms"] is not None), default=None)
-            yield Entry(kind, rec[kind], rec["key"], rec["pick_config"], best, rec["timestamp"], str(path), cands,
-                        manifest.entry(f"{place}/{path.name}", rec))
+            # Exported as stored: an older format's entry lands where its own id puts it.
+            yield Entry(kind, current[kind], current["key"], current["pick_config"], best, current["timestamp"],
+                        str(path), cands, manifest.entry(f"{place}/{path.name}", rec), current)
 
     def _triton_entries(self) -> Iterator[Entry]:
         """The kernel-level entries of Triton's own ``*.autotune.json`` files."""

@@ -73,8 +73,7 @@ def _rounds(e: Entry) -> str:
 def _source(e: Entry) -> Optional[str]:
     """The digest of the kernel's (or function's) source the entry was tuned for, if recorded
     (``show`` prints it where entries of one name and key come from different sources)."""
-    record = e.restore.get("record") if isinstance(e.restore, dict) else None
-    source = record.get("source") if isinstance(record, dict) else None
+    source = e.record.get("source")
     return source if isinstance(source, str) else None
 
 
@@ -120,7 +119,7 @@ def cmd_show(entries: list[Entry]) -> str:
 def cmd_export(entries: list[Entry], fmt: str) -> str:
     """``best_ms`` is the pick's own full measurement; each candidate says its ``round``."""
     if fmt == "json":
-        items = [{**{k: v for k, v in asdict(e).items() if k != "restore"}, "best_ms": _pick_ms(e),
+        items = [{**{k: v for k, v in asdict(e).items() if k not in ("restore", "record")}, "best_ms": _pick_ms(e),
                   "candidates": [{**c, "measured": _round(c) == "full", "round": _round(c)} for c in e.candidates],
                   **e.restore} for e in entries]
         return json.dumps(items, indent=2, default=str)

@@ -21,7 +21,7 @@ class View:
 
     def __init__(self, entry: Any, index: int) -> None:
         self.entry, self.anchor = entry, f"entry-{index}"
-        record = entry.restore.get("record") if isinstance(getattr(entry, "restore", None), dict) else None
+        record = getattr(entry, "record", None)  # in this version's layout (Triton's own files: none)
         self.record = record if isinstance(record, dict) else {}
         self.rows = _rows(entry, self.record)
         self.labels, self.common, self.grid = _labels([r["config"] for r in self.rows])
@@ -40,7 +40,7 @@ def _rows(entry: Any, record: dict) -> list:
     for i, c in enumerate(entry.candidates):
         s = stored[i] if i < len(stored) and isinstance(stored[i], dict) and stored[i].get("config") == c.get(
             "config") else {}
-        timing = (s.get("timing", s.get("ms")) if s else c.get("timing"))
+        timing = s.get("timing") if s else c.get("timing")
         ms = number(c.get("ms"))
         low, high = _spread(timing, ms)
         rows.append({"config": str(c.get("config")), "ms": ms, "p20": low, "p80": high,

@@ -17,7 +17,7 @@ import re
 import stat
 import warnings
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from .. import _callsite, bus, settings
 from ..hook_objects import CacheEntry
@@ -107,7 +107,8 @@ def cache_entry(kind: str, name: str, directory: Path, source: str, hw: dict, ke
 
 
 def entry_header(field: str, name: str, key: Any, source: str, hw: dict, context: Optional[dict] = None) -> dict:
-    """The fields every entry starts with (``field`` names what was tuned: function or kernel)."""
+    """The fields every entry starts with (``field`` names what was tuned: function or kernel;
+    both stores give a ``context``)."""
     return {"format": FORMAT, field: name, "key": repr(key), "source": source, "hardware": hw,
             **({"context": context} if context is not None else {}),
             "versions": describe.versions(), "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat()}
@@ -142,48 +143,92 @@ def put_checked(entry: CacheEntry, record: dict) -> None:
     bus.cache_put(entry, record)
 
 
-class FunctionCache:
-    """The cache directory of one tuned function."""
+class EntryStore:
+    """What the two stores share (``FunctionCache``, ``persist.KernelStore``): an entry's id and
+    place, reading it through every store (``bus.cache_get``: the one check, older layouts in this
+    version's) and holding it against what asked for it, and writing it (``put_checked``)."""
 
-    def __init__(self, name: str, source: str, hw: dict, directory: Optional[str] = None):
-        self.name, self.source, self.hw = name, source, hw
-        self.dir = cache_root() / safe_name(directory or name)
+    kind = ""  # "function" or "kernel", as the store hooks see it
+
+    def __init__(self, name: str, source: str, hw: dict, directory: Path, root: Path, context: dict):
+        self.name, self.source, self.hw, self.dir, self.root, self.context = name, source, hw, directory, root, context
 
     def entry(self, key: Any) -> CacheEntry:
-        return cache_entry("function", self.name, self.dir, self.source, self.hw, key, root=cache_root())
+        return cache_entry(self.kind, self.name, self.dir, self.source, self.hw, key, self.context, self.root)
 
     def path(self, key: Any) -> Path:
         return self.entry(key).path
 
-    def load(self, key: Any, space_reprs: list[str]) -> Optional[dict]:
-        """The record for ``key`` if it is valid for this source, hardware and config space."""
+    def places(self, key: Any) -> list[CacheEntry]:
+        """Where ``key``'s entry may be, the first first (a store may add an older layout's place)."""
+        return [self.entry(key)]
+
+    def lookup(self, key: Any, fits: Callable[[dict], bool] = lambda record: True) -> Optional[tuple[str, dict]]:
+        """``(where it was found, record)`` of ``key``'s entry in this version's layout, if one is
+        found that was made for this key and context and ``fits`` (else a warning: it is re-tuned
+        and replaced), under the recorded versions where ``TRITON_DIST_AUTOTUNE_VERSION_CHECK``
+        asks for them; None otherwise, and always under ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE``."""
         if settings.value(ALWAYS_TUNE_ENV):
             return None
+        for entry in self.places(key):
+            found = bus.cache_get(entry)
+            if found is None:
+                continue
+            store, record = found
+            if record["key"] != repr(key) or record["context"] != self.context or not fits(record):
+                warnings.warn(f"autotune cache {bus.where(entry, store)} is not {self.name}'s entry for key {key!r} "
+                              "here (its key, setting or candidates differ); re-tuning", RuntimeWarning,
+                              stacklevel=_callsite.stacklevel())
+                return None
+            if settings.value(VERSION_CHECK_ENV) and record["versions"] != describe.versions():
+                return None
+            return bus.where(entry, store), record
+        return None
+
+    def full(self, key: Any, body: dict) -> dict:
+        """The entry of ``key`` whose pick, candidates and the rest are ``body``."""
+        return {**entry_header(self.kind, self.name, key, self.source, self.hw, self.context), **body}
+
+    def put(self, key: Any, body: dict) -> Path:
+        """Hand ``key``'s entry to every store (``put_checked``); its file's place."""
         entry = self.entry(key)
-        found = bus.cache_get(entry)
-        if found is None:
-            return None
-        store, record = found
-        pick = record.get("pick")
-        if (record.get("key") != repr(key) or not isinstance(pick, int)
-                or not 0 <= pick < len(space_reprs) or record.get("pick_config") != space_reprs[pick]):
-            warnings.warn(f"autotune cache {bus.where(entry, store)} does not match {self.name}'s key or config space; "
-                          "re-tuning", RuntimeWarning, stacklevel=2)
-            return None
-        if settings.value(VERSION_CHECK_ENV) and record.get("versions") != describe.versions():
-            return None
-        return record
+        put_checked(entry, self.full(key, body))
+        return entry.path
+
+
+class FunctionCache(EntryStore):
+    """The cache directory of one tuned function: its entries are keyed, as kernel entries are,
+    on the search and its effort (``fingerprint.tuning_context``)."""
+
+    kind = "function"
+
+    def __init__(self, name: str, source: str, hw: dict, directory: Optional[str] = None):
+        super().__init__(name, source, hw, cache_root() / safe_name(directory or name), cache_root(),
+                         fingerprint.tuning_context())
+
+    def places(self, key: Any) -> list[CacheEntry]:
+        """Its place, then, under the default search and effort, where formats 1 and 2 kept it
+        (an id that covered no context): such an entry is taken as tuned under the defaults."""
+        if self.context != fingerprint.tuning_context(unset=True):
+            return [self.entry(key)]
+        return [self.entry(key), cache_entry(self.kind, self.name, self.dir, self.source, self.hw, key, None,
+                                             self.root)]
+
+    def find(self, key: Any, space_reprs: list[str]) -> Optional[tuple[str, dict]]:
+        """``(where it was found, record)`` for ``key`` if valid for this source, hardware,
+        setting and config space (``space_reprs``: each entry's description)."""
+        return self.lookup(key, lambda record: 0 <= record["pick"] < len(space_reprs)
+                           and record["pick_config"] == space_reprs[record["pick"]])
+
+    def load(self, key: Any, space_reprs: list[str]) -> Optional[dict]:
+        """The record alone (``find``)."""
+        found = self.find(key, space_reprs)
+        return found[1] if found is not None else None
 
     def store(self, key: Any, record: dict) -> Path:
-        """Hand the entry to every store (``tdp_cache_put``); its file's place, for the ``.log``.
-        A candidate's failure leaves it no time, and a time that is not finite gets a reason."""
-        entry = self.entry(key)
-        rows = [{**c, "ms": None} if c.get("failure") is not None else
-                {**c, "failure": "timed as infinity"} if c.get("ms") is None else c
-                for c in record.get("candidates", []) if isinstance(c, dict)]
-        put_checked(entry, {**entry_header("function", self.name, key, self.source, self.hw), **record,
-                            "candidates": rows})
-        return entry.path
+        """Hand the entry (``record``: its pick and candidates, rows as ``records.row`` makes them)
+        to every store (``tdp_cache_put``); its file's place, for the ``.log``."""
+        return self.put(key, record)
 
     def log(self, key: Any, text: str) -> None:
         """Append ``text`` to the ``.log`` beside the entry's file: local only, and only where the

@@ -15,7 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .. import _compat
+from .. import _compat, policy, settings
+from ..search import strategy as search
 
 
 @functools.lru_cache(maxsize=1)
@@ -106,3 +107,15 @@ def triton_cache_dir() -> Path:
         directory = os.environ.get("TRITON_CACHE_DIR") or os.path.join(
             os.environ.get("HOME") or os.path.expanduser("~"), ".triton", "cache")
     return Path(directory)
+
+
+def tuning_context(unset: bool = False) -> dict:
+    """How a pick was searched for, as kernel and function entries are both keyed on it: the
+    search, and the effort where it is not the default (entries stored before there were efforts
+    stay valid, and a pick of one effort is never served to another). ``unset``: what the
+    defaults give, whatever the environment says (what an older function entry, which recorded
+    neither, is taken to have been tuned under)."""
+    if unset:
+        return {"search": settings.unset_value(search.SEARCH_ENV)}
+    name = policy.current().name
+    return {"search": settings.value(search.SEARCH_ENV), **({} if name == "default" else {"effort": name})}

@@ -144,8 +144,10 @@ def _row_from_file(fd: int, folder: Path, name: str) -> Any:
     """The row of a valid entry at its own place; None for one that is not, or too large (it is
     read once); ``_LATER`` for one that cannot be read now (another user's, say: tried again)."""
     try:
-        record = records.check(records.parse(read_at(fd, name, folder / name, ENTRY_LIMIT)), "kernel")
-        if describe.entry_digest(record["source"], record["hardware"], record["key"], record["context"]) != name[:32]:
+        stored = records.parse(read_at(fd, name, folder / name, ENTRY_LIMIT))
+        record = records.check(stored, "kernel")
+        if describe.entry_digest(record["source"], record["hardware"], record["key"],
+                                 records.id_context(stored, "kernel")) != name[:32]:
             return None
     except (records.RecordError, TooLarge):
         return None

@@ -62,9 +62,10 @@ def _place(relpath: Any) -> tuple[str, PurePosixPath]:
 
 
 def _own_id(kind: str, record: dict, place: PurePosixPath) -> Optional[str]:
-    """Why ``record`` does not belong at ``place`` (its id, or its kernel's folder), or None."""
+    """Why ``record`` (checked, as stored: an older format's id covers what it covered) does not
+    belong at ``place`` (its id, or its kernel's folder), or None."""
     digest = describe.entry_digest(record["source"], record["hardware"], record["key"],
-                                record["context"] if kind == "kernel" else None)
+                                   records.id_context(record, kind))
     if place.stem != digest:
         return "its id does not match its own fields"
     if kind == "kernel" and place.parts[1] != cache.safe_name(record["kernel"]):
@@ -96,14 +97,15 @@ def import_file(path: Path) -> tuple[int, int, list[str]]:
         try:
             kind, place = _place(item["relpath"])
             label = f"entry {n} ({place})"
-            record = records.check(item.get("record"), kind)
+            stored = item.get("record")
+            record = records.check(stored, kind)  # what is written is the record as it came (``stored``)
         except ValueError as exc:
             skipped.append(f"{label}: {exc}; {_REEXPORT}")
             continue
         try:
-            why = _mismatch(record, hardware)
-            if why is None and _own_id(kind, record, place):
-                why = f"{_own_id(kind, record, place)}; {_REEXPORT}"
+            why = _mismatch(kind, record, hardware)
+            if why is None and _own_id(kind, stored, place):
+                why = f"{_own_id(kind, stored, place)}; {_REEXPORT}"
         except Exception as exc:  # noqa: BLE001 - one odd entry never stops the others
             why = f"it cannot be checked ({type(exc).__name__}: {exc}); {_REEXPORT}"
         if why:
@@ -115,7 +117,7 @@ def import_file(path: Path) -> tuple[int, int, list[str]]:
             present += 1
             continue
         try:
-            filestore.put_entry(kind, target, record, root)  # a kernel entry goes into its directory's index
+            filestore.put_entry(kind, target, stored, root)  # a kernel entry goes into its directory's index
         except OSError as exc:  # an unwritable or unsafe place: this entry only
             skipped.append(f"{label}: cannot write {target} ({exc}); make that directory writable, or point "
                            f"{cache.ROOT_ENV} at one that is")
@@ -124,7 +126,7 @@ def import_file(path: Path) -> tuple[int, int, list[str]]:
     return written, present, skipped
 
 
-def _mismatch(record: dict, seen: dict) -> Optional[str]:
+def _mismatch(kind: str, record: dict, seen: dict) -> Optional[str]:
     """Why ``record`` does not apply here, and what would make it apply; None if it does."""
     hw = record["hardware"]
     probe = (hw.get("device"), hw.get("world_size"))
@@ -144,7 +146,7 @@ def _mismatch(record: dict, seen: dict) -> Optional[str]:
         return f"measured under other versions ({_differences(record['versions'], ours)}); " + \
             _versions_advice(record["versions"], ours)
     context = record.get("context")
-    if isinstance(context, dict) and context.get("triton") != fingerprint.triton_hash():
+    if kind == "kernel" and context.get("triton") != fingerprint.triton_hash():  # a function's names no build
         return ("made under another build of Triton (its hash differs); install the Triton build of the machine "
                 f"that tuned it, {_RETUNE}")
     return None

@@ -26,13 +26,10 @@ from __future__ import annotations
 
 import hashlib
 import math
-import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from .. import _compat, bus, policy, settings
-from ..hook_objects import CacheEntry
-from ..search import strategy as search
+from .. import _compat, settings
 from . import cache, describe, filestore, fingerprint, index, keys, manifest, records
 
 ENV = "TRITON_DIST_AUTOTUNE_PERSIST"
@@ -42,20 +39,14 @@ TRIES = 8  # the most entries a lookup of the nearest stored key reads
 
 
 def context(device: str, configs: list, method: str, accuracy: bool, isolated: bool) -> dict:
-    """What a pick depends on besides the kernel's source, the hardware and the key."""
+    """What a pick depends on besides the kernel's source, the hardware and the key (the search
+    and its effort as function entries have them: ``fingerprint.tuning_context``)."""
     described = [f"{describe.describe(c)} | {c}" for c in configs]
     return {"triton": fingerprint.triton_hash(), "backend": fingerprint.backend_hash(device),
             "env": fingerprint.compile_env(), "plugin": describe.versions().get("triton-dist-plugin", "?"),
-            "method": method, "search": settings.value(search.SEARCH_ENV), **_effort(),
+            "method": method, **fingerprint.tuning_context(),
             "accuracy": bool(accuracy), "isolated": bool(isolated),
             "configs": hashlib.sha256("\n".join(described).encode()).hexdigest()}
-
-
-def _effort() -> dict:
-    """The effort a pick was tuned at, where it is not the default: entries stored before there
-    were efforts stay valid, and a pick of one effort is never served to another."""
-    name = policy.current().name
-    return {} if name == "default" else {"effort": name}
 
 
 def _same_setting(theirs: Any, ours: dict) -> bool:
@@ -78,23 +69,17 @@ def source_digest(fn: Any) -> str:
     return hashlib.sha256(describe.source_of(_compat.base_function(fn)).encode()).hexdigest()
 
 
-class KernelStore:
+class KernelStore(cache.EntryStore):
     """The persisted picks of one kernel on one machine."""
+
+    kind = "kernel"
 
     def __init__(self, name: str, fn: Any, device: str, world: int, configs: list, method: str,
                  accuracy: bool = False, isolated: bool = False):
-        self.name = name
-        self.source = source_digest(fn)
-        self.hw = describe.hardware(device, world)
-        self.context = context(device, configs, method, accuracy, isolated)
-        self.root = cache.kernel_root()
-        self.dir = cache.kernel_base() / DIRECTORY / cache.safe_name(name)
-
-    def entry(self, key: Any) -> CacheEntry:
-        return cache.cache_entry("kernel", self.name, self.dir, self.source, self.hw, key, self.context, self.root)
-
-    def path(self, key: Any) -> Path:
-        return self.entry(key).path
+        super().__init__(name, source_digest(fn), describe.hardware(device, world),
+                         cache.kernel_base() / DIRECTORY / cache.safe_name(name), cache.kernel_root(),
+                         context(device, configs, method, accuracy, isolated))
+        self.configs = list(configs)  # a row's index is its position here
 
     def read(self, key: Any, configs: list) -> Optional[tuple[int, dict, str, list]]:
         """The stored pick's position in ``configs``, the stored timings of those of ``configs`` it
@@ -102,28 +87,20 @@ class KernelStore:
         file, or the store that answered) and those of ``configs`` it measured fully (the other
         timings are a screening round's); None when there is no usable entry."""
         if settings.value(cache.ALWAYS_TUNE_ENV):
-            return None
+            return None  # before the manifest: nothing is read at all
         manifest.load_from_env()
-        entry = self.entry(key)
-        found = bus.cache_get(entry)
+        found = self.lookup(key, self._ours)
         if found is None:
             return None
-        store, record = found
-        if record.get("key") != repr(key) or not self._ours(record) or record.get("context") != self.context:
-            warnings.warn(f"autotune cache {bus.where(entry, store)} is not {self.name}'s entry for key {key} "
-                          "here; re-tuning", RuntimeWarning, stacklevel=3)
-            return None
-        if settings.value(cache.VERSION_CHECK_ENV) and record.get("versions") != describe.versions():
-            return None
+        where, record = found
         described = [describe.describe(c) for c in configs]
-        pick = record.get("pick_config")
-        if pick not in described:
+        if record["pick_config"] not in described:
             return None
-        stored = {c.get("config"): c.get("timing") for c in record.get("candidates", []) if isinstance(c, dict)}
+        stored = {c["config"]: c["timing"] for c in record["candidates"]}
         timings = {c: _timing(stored[d]) for c, d in zip(configs, described) if d in stored}
-        fully = {c.get("config") for c in record.get("candidates", []) if isinstance(c, dict) and c.get("measured")}
+        fully = {c["config"] for c in record["candidates"] if c["measured"]}
         measured = [c for c, d in zip(configs, described) if d in fully and c in timings]
-        return described.index(pick), timings, bus.where(entry, store), measured
+        return described.index(record["pick_config"]), timings, where, measured
 
     def _ours(self, record: dict) -> bool:
         """An entry of this kernel, source and hardware (any key, any context)."""
@@ -146,25 +123,29 @@ class KernelStore:
             if len(seen) >= TRIES:
                 return
             seen.add(name)
-            record = filestore.read_json(self.dir / name, self.root)
-            found = self._usable(record, name, key, claimed)
-            if found is not None and (itself or not _same_key(found, key)):
-                yield found, record
+            found = self._usable(filestore.read_json(self.dir / name, self.root), name, key, claimed)
+            if found is not None and (itself or not _same_key(found[0], key)):
+                yield found
 
     def _usable(self, record: Any, name: str, key: Any, claimed: float) -> Optional[tuple]:
-        """The key of ``record`` if it is a valid entry of this kernel, source, hardware and
-        setting at its own place, another key than ``key``, as far from it as the index claimed."""
-        if not records.valid(record, "kernel") or not self._ours(record) or \
-                not _same_setting(record.get("context"), self.context):
+        """``(its key, the record in this version's layout)`` if ``record`` is a valid entry of
+        this kernel, source, hardware and setting at its own place, as far from ``key`` as the
+        index claimed."""
+        try:
+            current = records.check(record, "kernel")
+        except records.RecordError:
             return None
-        if describe.entry_digest(record["source"], record["hardware"], record["key"], record["context"]) != name[:32]:
+        if not self._ours(current) or not _same_setting(current["context"], self.context):
             return None
-        if settings.value(cache.VERSION_CHECK_ENV) and record.get("versions") != describe.versions():
+        if describe.entry_digest(current["source"], current["hardware"], current["key"],
+                                 records.id_context(record, "kernel")) != name[:32]:
+            return None
+        if settings.value(cache.VERSION_CHECK_ENV) and current["versions"] != describe.versions():
             return None  # made under other versions of the software, which the setting refuses
-        stored = keys.parse(record["key"])
+        stored = keys.parse(current["key"])
         if stored is None or not math.isclose(keys.distance(stored, key), claimed, rel_tol=1e-9, abs_tol=1e-12):
             return None
-        return stored
+        return stored, current
 
     def nearest_pick(self, key: Any, configs: list) -> Optional[tuple[Any, Any]]:
         """``(stored key, config)``: the nearest stored key whose pick is still one of ``configs``,
@@ -180,7 +161,7 @@ class KernelStore:
         (descriptions), fastest first, the pick leading, and every candidate of its space where
         that was kept (else None); for warm starts. None if there is none."""
         for stored, record in self._nearest(key, itself=False):  # a warm start is from another key
-            rows = [c for c in record["candidates"] if isinstance(c.get("ms"), (int, float))]
+            rows = [c for c in record["candidates"] if c["ms"] is not None]
             order = [c["config"] for c in sorted(rows, key=lambda c: c["ms"])]
             pick = record["pick_config"]
             space = record.get("space")
@@ -191,15 +172,16 @@ class KernelStore:
                bench_time: Optional[float], space: Optional[list] = None, notes: Optional[list] = None,
                model: Optional[dict] = None, decision: Optional[dict] = None) -> dict:
         """The entry ``store`` writes (its arguments are ``store``'s)."""
-        return {
-            **cache.entry_header("kernel", self.name, key, self.source, self.hw, self.context),
+        rows = _rows(self.configs, best, timings, failures, measured)
+        return self.full(key, {
+            "pick": next((r["index"] for r in rows if r["config"] == describe.describe(best)), -1),
             "pick_config": describe.describe(best), "method": method, "bench_time_s": bench_time,
-            "candidates": _rows(best, timings, failures, measured),
+            "candidates": rows,
             **({"space": space} if space is not None else {}),
             **({"notes": [str(n)[:1000] for n in notes[:100]]} if notes else {}),
             **({"model": dict(model)} if model else {}),
             **({"decision": dict(decision)} if decision else {}),
-        }
+        })
 
     def store(self, key: Any, best: Any, timings: dict, failures: dict, measured: list, method: str,
               bench_time: Optional[float], space: Optional[list] = None, notes: Optional[list] = None,
@@ -222,36 +204,19 @@ def _same_key(stored: Any, key: Any) -> bool:
         return True
 
 
-def _rows(best: Any, timings: dict, failures: dict, measured: list) -> list:
-    """The candidates as the entry lists them: each once (the pick's own row for its
-    description), a failure without a time, and a reason for a time that is not finite."""
+def _rows(configs: list, best: Any, timings: dict, failures: dict, measured: list) -> list:
+    """The candidates as the entry lists them (``records.row``): each once (the pick's own row for
+    its description), at its position in ``configs`` (one tuned beside them after these)."""
+    position = {id(c): i for i, c in enumerate(configs)}
     fully = {id(c) for c in measured}
     rows: dict = {}
     for c, t in timings.items():
         described = describe.describe(c)
         if described in rows and c is not best:
             continue
-        failure, timing = failures.get(c), _plain(t)
-        if failure is not None:  # a failed candidate has no time (a reduction may have given it one)
-            timing = [None] * len(timing) if isinstance(timing, list) else None
-        ms = timing[0] if isinstance(timing, list) and timing else None if isinstance(timing, list) else timing
-        if ms is None and failure is None:
-            failure = "timed as infinity"
-        rows[described] = {"config": described, "ms": ms, "timing": timing, "failure": failure,
-                           "measured": id(c) in fully}
+        index = position.get(id(c), len(configs) + len(rows))
+        rows[described] = records.row(index, described, t, failures.get(c), id(c) in fully)
     return list(rows.values())
-
-
-def _finite(timing: Any) -> Optional[float]:
-    value = timing[0] if isinstance(timing, (list, tuple)) and timing else timing
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-
-
-def _plain(timing: Any) -> Any:
-    """A timing as JSON holds it (infinity as null), keeping upstream's shape: a list or a number."""
-    if isinstance(timing, (list, tuple)):
-        return [_finite(v) for v in timing]
-    return _finite(timing)
 
 
 def _timing(value: Any) -> Any:
