@@ -581,6 +581,12 @@ def _every_front_end(rank, group):
     function-level and the contextual tuner."""
     from test_subclass import LibTunerLike, NewerAutoTilingLike, _configs, _inc
 
+    class AloneLike(LibTunerLike):
+        """Prunes with its own ``prune_configs``: each candidate's ``_bench`` is timed alone."""
+
+        def prune_configs(self, kwargs):
+            return super().prune_configs(kwargs)
+
     from kernels import KERNELS
 
     spec = KERNELS["add"]
@@ -595,6 +601,7 @@ def _every_front_end(rank, group):
     return {
         "kernel": lambda: spec.launch(triton.autotune(configs=spec.configs("cpu"), key=spec.key)(spec.jit), x, y),
         "subclass": lambda: subclass(LibTunerLike),
+        "subclass_alone": lambda: subclass(AloneLike),
         "subclass_batch_bench": lambda: subclass(NewerAutoTilingLike),
         "function": lambda: sleepy(rank)(1, autotune_pg=group),
         "contextual": lambda: step(torch.randn(64)),
@@ -627,6 +634,44 @@ def scenario_frozen_differs(rank, world, group):
     if rank == 0:
         os.environ["TRITON_DIST_AUTOTUNE_FROZEN"] = "strict"
     return {"errors": _errors_of(_every_front_end(rank, group), group)}
+
+
+def scenario_frozen_one_rank_with_a_stored_pick(rank, world, group):
+    """A key tuned together (rank 0 keeps the pick); then frozen mode on rank 1 only, and a fresh
+    tuner meets the key: the stored pick is every rank's, nothing is timed, so frozen mode differing
+    does not matter there."""
+    from kernels import KERNELS
+
+    spec = KERNELS["add"]
+    x, y = spec.make_inputs("tiny", "cpu")
+    with tdp.tuning_group(group):
+        tuned = triton.autotune(configs=spec.configs("cpu"), key=spec.key)(spec.jit)
+        spec.launch(tuned, x, y)
+        if rank == 1:
+            os.environ["TRITON_DIST_AUTOTUNE_FROZEN"] = "strict"
+        fresh = triton.autotune(configs=spec.configs("cpu"), key=spec.key)(spec.jit)
+        spec.launch(fresh, x, y)
+    return {"tuned": tuned.best_config.kwargs["BLOCK"], "fresh": fresh.best_config.kwargs["BLOCK"]}
+
+
+def scenario_own_batch_bench_loses_other_configs(rank, world, group):
+    """A subclass's own ``_batch_bench`` leaves out a config that failed to compile there, another on
+    each rank (Triton-Ascend's drops failed compiles): a config missing on any rank fails on all, and
+    every rank keeps the same pick."""
+    from test_subclass import NewerAutoTilingLike, _configs, _inc
+
+    class Losing(NewerAutoTilingLike):
+        def _batch_bench(self, *args, configs, **kwargs):
+            lost = configs[3] if rank == 0 else configs[2]  # the fastest two, one on each rank
+            ms = {0: 5.0, 1: 4.0, 2: 1.0, 3: 1.0}
+            return {c: [ms[i]] * 3 for i, c in enumerate(configs) if c is not lost}
+
+    kernel = Losing(_inc, _inc.arg_names, _configs()[:4], ["n"], ["out"], ["x"])
+    n = 300
+    with tdp.tuning_group(group):
+        kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](torch.zeros(n), torch.zeros(n), n)
+    return {"pick": kernel.best_config.kwargs["BLOCK"],
+            "timings": {c.kwargs["BLOCK"]: t[0] for c, t in kernel.configs_timings.items()}}
 
 
 def scenario_frozen_group(rank, world, group):

@@ -17,7 +17,7 @@ from helpers import DEVICE
 from test_subclass import BLOCKS, LibTunerLike, NewerAutoTilingLike, _configs, _inc
 
 from kernels import KERNELS
-from triton_dist_plugin import frozen, settings
+from triton_dist_plugin import frozen, hookimpl, settings
 from triton_dist_plugin.autotuner import contextual_autotune
 from triton_dist_plugin.tune import autotune
 
@@ -145,3 +145,47 @@ def test_a_subclass_loop_in_frozen_mode_keeps_the_nearest_tuned_keys_pick(record
     assert kernel.cache[(m,)] is tuned and len(recorder.timed) == timed
     assert kernel.configs_timings[tuned] == [0.0] * 3
     assert sum(t == [float("inf")] * 3 for t in kernel.configs_timings.values()) == len(BLOCKS) - 1
+
+
+def test_frozen_mode_leaves_a_one_candidate_subclass_loop_alone(recorder, monkeypatch):
+    """Upstream never tunes a single candidate: neither a miss nor a refusal, as on the plain path."""
+    monkeypatch.setenv(frozen.FROZEN_ENV, "strict")
+    kernel = LibTunerLike(_inc, _inc.arg_names, _configs()[:1], ["n"], ["out"], ["x"])
+    kernel[lambda m: (triton.cdiv(N, m["BLOCK"]),)](torch.zeros(N, device=DEVICE), torch.zeros(N, device=DEVICE), N)
+    assert not recorder.timed and not frozen.misses()
+
+
+def test_a_subclass_loops_frozen_pick_is_one_the_loop_can_launch(recorder, monkeypatch):
+    """The nearest tuned key's pick, where this key's pruning dropped it, is not announced and then
+    not launched: the nearest among picks this loop holds, else its first candidate, is."""
+    def prune(configs, named, **kwargs):  # large blocks only for large n
+        return [c for c in configs if c.kwargs["BLOCK"] <= max(16, named["n"] // 8)]
+
+    kernel = LibTunerLike(_inc, _inc.arg_names, _configs()[:4], ["n"], ["out"], ["x"],
+                          prune_configs_by={"early_config_prune": prune})
+    n = 1000
+    kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](torch.zeros(n, device=DEVICE), torch.zeros(n, device=DEVICE), n)
+    monkeypatch.setenv(frozen.FROZEN_ENV, "nearest")
+    m = 300  # prunes to BLOCK 16 and 32
+    with pytest.warns(RuntimeWarning) as caught:
+        kernel[lambda c: (triton.cdiv(m, c["BLOCK"]),)](torch.zeros(m, device=DEVICE), torch.zeros(m, device=DEVICE),
+                                                        m)
+    (warning,) = [w for w in caught if "never tuned" in str(w.message)]
+    launched = kernel.cache[(m,)]
+    assert f"BLOCK: {launched.kwargs['BLOCK']}," in str(warning.message)
+    assert kernel.configs_timings[launched] == [0.0] * 3
+
+
+def test_a_capture_stops_a_subclass_batch_bench_before_any_prune_hook(plugins, recorder, monkeypatch):
+    calls = []
+
+    class Pruner:
+        @hookimpl
+        def tdp_prune_configs(self, request, configs):
+            calls.append(request.kernel_name)
+
+    plugins(Pruner())
+    monkeypatch.setattr(frozen, "capturing", lambda: True)
+    with pytest.raises(frozen.TuningDuringCapture):
+        _subclass(NewerAutoTilingLike)
+    assert calls == [] and _nothing_timed(recorder)

@@ -221,10 +221,11 @@ def from_first(group: Any, value: Any, what: str) -> Any:
 
 
 def agree(group: Any, name: str, key: Any, candidates: list, cached_pick: Optional[int],
-          checks: Optional[dict] = None) -> Optional[int]:
+          checks: Optional[dict] = None, frozen: Optional[str] = None) -> Optional[int]:
     """Check that all ranks tune the same key over the same candidates, with the same ``checks``
     (the settings that decide which collectives a tuning makes, such as the accuracy check);
-    agree on the cache.
+    agree on the cache. ``frozen``: this rank's frozen mode, which must be the same on every rank
+    only where none has a stored pick (a frozen rank would time nothing while the others tune).
 
     Returns the pick every rank uses from a cache (the lowest rank that hit shares its pick) or
     None when every rank must tune. Raises ``RankMismatch`` on every rank when they differ.
@@ -236,22 +237,28 @@ def agree(group: Any, name: str, key: Any, candidates: list, cached_pick: Option
     effort = policy.current().name
     checks = dict(sorted({**(checks or {}), **({"effort": effort} if effort != "default" else {})}.items()))
     rows = all_gather_ints([digest(key), digest(candidates), -1 if cached_pick is None else cached_pick,
-                            digest(checks)], group, f"agreeing on the tuning of {name}")
+                            digest(checks), digest(frozen)], group, f"agreeing on the tuning of {name}")
     ranks = dist.get_process_group_ranks(group) if hasattr(dist, "get_process_group_ranks") else list(range(len(rows)))
+    fix = "keep rank-dependent values out of key_fn and prune_fn"
     for column, what, mine in ((0, "key", key), (1, "retained candidates", candidates), (3, "checks", checks)):
-        if len({row[column] for row in rows}) > 1:
-            groups: dict = {}
-            for rank, row in zip(ranks, rows):
-                groups.setdefault(row[column], []).append(rank)
-            split = "; ".join(f"ranks {r}" for r in groups.values())
-            fix = ("set the same TRITON_DIST_AUTOTUNE_* settings (EFFORT among them, and check_accuracy=) on every "
-                   "rank" if column == 3
-                   else "keep rank-dependent values out of key_fn and prune_fn")
-            raise RankMismatch(f"{name}: ranks disagree on the {what} ({split}); this rank has {what} {mine!r}. "
-                               f"Every rank must tune with the same key and checks and prune to the same candidates "
-                               f"({fix})")
+        _same(rows, ranks, column, name, what, mine, fix if column < 3 else
+              "set the same TRITON_DIST_AUTOTUNE_* settings (EFFORT among them, and check_accuracy=) on every rank")
     hits = [row[2] for row in rows if row[2] >= 0]
+    if not hits:
+        _same(rows, ranks, 4, name, "frozen mode", frozen, "set the same TRITON_DIST_AUTOTUNE_FROZEN on every rank")
     return hits[0] if hits else None
+
+
+def _same(rows: list, ranks: list, column: int, name: str, what: str, mine: Any, fix: str) -> None:
+    """Raise ``RankMismatch`` (on every rank: each sees the same rows) where ``column`` differs."""
+    if len({row[column] for row in rows}) < 2:
+        return
+    groups: dict = {}
+    for rank, row in zip(ranks, rows):
+        groups.setdefault(row[column], []).append(rank)
+    split = "; ".join(f"ranks {r}" for r in groups.values())
+    raise RankMismatch(f"{name}: ranks disagree on the {what} ({split}); this rank has {what} {mine!r}. "
+                       f"Every rank must tune with the same key and checks and prune to the same candidates ({fix})")
 
 
 class LeaderReduce:

@@ -81,14 +81,17 @@ def mode() -> Optional[str]:
     return settings.value(FROZEN_ENV) or None
 
 
-def on_miss(name: str, key: Any, tuned: dict, first: Any, autotuner: Any = None, device: str = "") -> Any:
-    """Frozen mode's answer to a miss: raise (``strict``) or the config to launch (``nearest``)."""
+def on_miss(name: str, key: Any, tuned: dict, first: Any, autotuner: Any = None, device: str = "",
+            ahead: str = "") -> Any:
+    """Frozen mode's answer to a miss: raise (``strict``) or the config to launch (``nearest``).
+    ``ahead``: how to tune this key ahead, where it is not the plugin's own store that keeps picks."""
     if mode() == "strict":
         record_miss(name, key, "strict")
+        ahead = ahead or (f"run this launch once without {FROZEN_ENV} (the pick persists on disk for every later "
+                          "process)")
         raise FrozenMiss(
-            f"{name}: key {key} was never tuned, and {FROZEN_ENV}=strict forbids tuning. Tune it ahead: run this "
-            f"launch once without {FROZEN_ENV} (the pick persists on disk for every later process), or set "
-            f"{FROZEN_ENV}=nearest to launch the nearest tuned key's pick. 'triton-dist-tune misses' lists every "
+            f"{name}: key {key} was never tuned, and {FROZEN_ENV}=strict forbids tuning. Tune it ahead: {ahead}, or "
+            f"set {FROZEN_ENV}=nearest to launch the nearest tuned key's pick. 'triton-dist-tune misses' lists every "
             "key this met.")
     return _substitute(name, key, tuned, first, autotuner, device, "frozen mode", f"{FROZEN_ENV}=nearest",
                        "Tune it ahead to use its own pick.")

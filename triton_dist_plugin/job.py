@@ -10,9 +10,10 @@ added here holds for all of them:
 2. during a CUDA graph capture, the miss answered before anything is read, run, timed or
    exchanged (``frozen``: raise, or a fixed config where the front end can launch one);
 3. the stored pick looked up (every record passed ``store.records`` where it entered);
-4. the ranks of a group agreeing on the key, the candidates and every check (the effort and
-   frozen mode included: each decides which collectives a tuning makes), and on a stored pick:
-   one rank's hit is every rank's (``distributed.agree``);
+4. the ranks of a group agreeing on the key, the candidates and every check (the effort
+   included: it decides which collectives a tuning makes), and on a stored pick: one rank's hit
+   is every rank's; where no rank has one, on frozen mode too (a frozen rank would time nothing
+   while the others tune) (``distributed.agree``);
 5. a hit applied, timing nothing; else, in frozen mode, the miss answered without timing
    (``frozen``); else the candidates tuned, the pick applied and kept on disk by the group's
    writer;
@@ -85,13 +86,6 @@ class Job:
         """Hand the record to the observers: ``outcome`` None for a hit (``found``: its entry)."""
 
 
-def checks(job: Job) -> dict:
-    """What the ranks compare besides the key and the candidates: the job's own checks, and frozen
-    mode where it is set (a frozen rank times nothing while the others would tune together)."""
-    mode = frozen.mode()
-    return {**job.checks, **({"frozen": mode} if mode else {})}
-
-
 def run(job: Job) -> Any:
     """The miss of ``job``'s key, as the module's docstring says; returns the pick."""
     settings.validate()
@@ -100,7 +94,7 @@ def run(job: Job) -> Any:
     found = job.read()
     index = found.index if found is not None else None
     if job.group is not None:
-        index = distributed.agree(job.group, job.name, job.key, job.labels, index, checks(job))
+        index = distributed.agree(job.group, job.name, job.key, job.labels, index, job.checks, frozen.mode())
     if index is not None:
         mine = found if found is not None and found.index == index else None
         best = job.hit(index, mine)

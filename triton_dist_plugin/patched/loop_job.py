@@ -29,7 +29,8 @@ from .kernel_state import KernelState
 class LoopJob(job.Job):
     """The candidates one ``prune_configs`` of a subclass's loop kept (``configs``), timed by
     ``time_them(job) -> engine.Outcome`` and handed back as ``shape(timings)``. ``alone``: one
-    candidate timed by itself, as upstream's ``_bench`` times it (no collective)."""
+    candidate timed by itself, as upstream's ``_bench`` times it (under a group, the ranks agree
+    on it and take the slowest rank's time, so their loops' ``min`` keeps the same one)."""
 
     def __init__(self, instance: Any, state: KernelState, args: tuple, meta: dict, configs: list,
                  time_them: Callable[[LoopJob], engine.Outcome], shape: Optional[Callable[[dict], dict]] = None,
@@ -42,12 +43,14 @@ class LoopJob(job.Job):
         self.configs, self.time_them, self.alone = configs, time_them, alone
         self.shape = shape or (lambda timings: {c: raw(t) for c, t in timings.items()})
         self.name, self.key, self.labels = state.name, self.request.key, [str(c) for c in configs]
-        self.group = None if alone else distributed.kernel_group()  # only inside tuning_group(): the user asked
+        self.group = distributed.kernel_group()  # only inside tuning_group(): the user asked for it
         self.checks = {"accuracy": accuracy_check_enabled(instance)}
         self.method = timing.resolve_method(device)
 
     def frozen_miss(self) -> Any:
         pool = loop_pool(self.instance, self.configs[0]) if self.alone else self.configs
+        if len(pool) == 1:  # nothing to choose (upstream never tunes one candidate): no miss, nothing timed
+            return self.shape({c: [0.0] * 3 for c in self.configs})
         chosen = frozen_pick(self.instance, self.state, self.key, pool, self.request.device, self.group)
         return self.shape({c: [0.0] * 3 if c is chosen else list(INF3) for c in self.configs})
 
@@ -69,28 +72,33 @@ class LoopJob(job.Job):
 
 
 def loop_pool(instance: Any, config: Any) -> list:
-    """The candidates of the loop that times ``config`` alone: what its last ``prune_configs``
-    kept, where that holds ``config``, else the kernel's configs (with ``config``)."""
+    """The candidates of the loop that times ``config`` alone (its first, when the loop's frozen
+    pick is not chosen yet): what its last ``prune_configs`` kept, where that holds ``config``,
+    else the kernel's configs; ``config`` first, as the one the loop surely asks about."""
     pruned = instance.__dict__.get("_tdp_pruned") or []
     pool = pruned if any(c is config for c in pruned) else list(instance.configs)
-    return pool if any(c is config for c in pool) else [*pool, config]
+    return [config, *(c for c in pool if c is not config)]
 
 
-def frozen_pick(instance: Any, state: KernelState, key: Any, configs: list, device: str, group: Any) -> Any:
-    """The one of ``configs`` frozen mode launches for ``key``, chosen once per loop (a loop that
-    times its candidates one by one asks once per candidate; the miss is recorded once)."""
+def frozen_pick(instance: Any, state: KernelState, key: Any, pool: list, device: str, group: Any) -> Any:
+    """The one of ``pool`` frozen mode launches for ``key``, chosen once per loop (a loop that
+    times its candidates one by one asks once per candidate; the miss is recorded once): the pick of
+    the nearest tuned key among those whose pick ``pool`` holds, else ``pool``'s first."""
     held = instance.__dict__.get("_tdp_frozen")
     if held is not None and held[0] == key:
         return held[1]
+    names = {describe.describe(c): c for c in reversed(pool)}  # the first of equal ones
     # Keys tuned in this process (by the subclass's own key, and by this plugin's), not those given
-    # a substitute in frozen mode (no chain of guesses).
-    tuned = {k: c for k, c in [*instance.cache.items(), *((k, c) for k, (_, c) in state.loop_picks.items())]
-             if k not in state.substituted}
-    chosen = frozen.on_miss(state.name, key, tuned, configs[0], instance, device)
+    # a substitute in frozen mode (no chain of guesses), whose pick this loop can launch.
+    tuned = {k: names[describe.describe(c)]
+             for k, c in [*instance.cache.items(), *((k, c) for k, (_, c) in state.loop_picks.items())]
+             if k not in state.substituted and describe.describe(c) in names}
+    chosen = frozen.on_miss(state.name, key, tuned, pool[0], instance, device, ahead=(
+        "its tuner keeps its own picks, which this plugin does not store: launch it once in this process "
+        f"without {frozen.FROZEN_ENV}"))
     if group is not None:  # each rank's memory may hold other picks: rank 0's stands
         text = distributed.from_first(group, describe.describe(chosen), f"sharing the frozen pick of {state.name}")
-        chosen = next((c for c in [*configs, *tuned.values()] if describe.describe(c) == text), chosen)
-    mine = next((c for c in configs if c is chosen), None) or next((c for c in configs if c == chosen), configs[0])
+        chosen = names.get(text, chosen)
     state.substituted.add(key)
-    instance.__dict__["_tdp_frozen"] = (key, mine)
-    return mine
+    instance.__dict__["_tdp_frozen"] = (key, chosen)
+    return chosen

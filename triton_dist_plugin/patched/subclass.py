@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
-from .. import _compat, bus, engine, frozen, job
+from .. import _compat, bus, engine, frozen, job, settings
 from ..failures import NoValidConfig, raw
 from ..hook_objects import INF3, TuningRequest
 from . import batch as _batch
@@ -110,8 +110,16 @@ def _time_alone(loop: LoopJob) -> engine.Outcome:
     value, reason = engine.time_one(cand, user_do_bench(instance))
     if reason is not None:
         record_failure(instance, config, reason)
+    if loop.group is not None:  # every rank's loop then keeps the same candidate (the slowest rank's times)
+        value = _reduced(loop, {config: value})[config]
     return engine.Outcome(best=config, timings={config: value}, failures={config: reason} if reason else {},
                           bench_time=0.0)
+
+
+def _reduced(loop: LoopJob, lists: dict) -> dict:
+    """``lists`` (``{config: [p50, p20, p80]}``) through ``tdp_reduce_timings`` over the loop's group."""
+    return bus.first_result("tdp_reduce_timings", engine.same_keys(lists), request=loop.request, timings=lists,
+                            group=loop.group) or lists
 
 
 def batch_bench_wrapper(wrapped, instance, args, kwargs):
@@ -128,6 +136,9 @@ def batch_bench_wrapper(wrapped, instance, args, kwargs):
         if frozen.capturing():
             frozen.refuse(state.name)
         return wrapped(*args, **kwargs)
+    if frozen.capturing():  # before any hook of the user's runs (the pruning below), as every job checks
+        frozen.refuse(state.name)
+    settings.validate()
     own = _OwnBatch(wrapped, kwargs)
     loop = LoopJob(instance, state, args, {k: v for k, v in kwargs.items() if k != "configs"}, list(configs), own,
                    own.shape, device_required=False)
@@ -157,9 +168,13 @@ class _OwnBatch:
             record_failure(instance, config, wrong[config])
         lists = {c: bus.as_timing(t) if t is not None else list(INF3) for c, t in timings.items()}
         reduced = lists
-        if len(lists) > 1:
-            reduced = bus.first_result("tdp_reduce_timings", engine.same_keys(lists), request=loop.request,
-                                       timings=lists, group=loop.group) or lists
+        if loop.group is not None:
+            # Every rank reduces the same candidates in the same order, whatever each got back (it may
+            # leave out one that failed to compile there): one missing on any rank fails on all.
+            reduced = {c: t for c, t in _reduced(loop, {c: lists.get(c, list(INF3)) for c in configs}).items()
+                       if c in timings}
+        elif len(lists) > 1:
+            reduced = _reduced(loop, lists)
         failures = {c: wrong.get(c, "timed as infinity") for c, t in reduced.items() if not t[0] < float("inf")}
         return engine.Outcome(best=min(reduced, key=lambda c: reduced[c][0], default=None), timings=reduced,
                               failures=failures, bench_time=0.0, measured=list(timings))
