@@ -24,6 +24,60 @@ def run_python(code: str, env: dict | None = None, timeout: float = 240) -> subp
                           timeout=timeout)
 
 
+# What a new interpreter's warning filters are (``python -W`` unset, a release build).
+_DEFAULT_FILTERS = [("default", DeprecationWarning, "__main__"), ("ignore", DeprecationWarning, ""),
+                    ("ignore", PendingDeprecationWarning, ""), ("ignore", ImportWarning, ""),
+                    ("ignore", ResourceWarning, "")]
+
+
+def run_cli(*args: str, cwd: Any = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``triton-dist-tune ARGS``, as the console script runs it, but in this process: ``cli.main()``
+    with the script's ``sys.argv``, a new interpreter's warning filters (warnings print on standard
+    error, one line each, as the command prints them), this process's environment with ``env`` over
+    it (None: unset), ``cwd`` as the working directory (default: the repository root); its output
+    and status as a finished subprocess gives them. In-process for speed: a process per case cost
+    a second of imports. ``tests/test_packaging.py`` and ``tests/test_cli.py`` run the installed
+    console script itself."""
+    import contextlib
+    import io
+    import traceback
+    import warnings
+
+    from triton_dist_plugin import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
+    try:
+        for name, value in (env or {}).items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = str(value)
+        os.chdir(cwd if cwd is not None else ROOT)
+        sys.argv = ["triton-dist-tune", *args]
+        with warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            warnings.resetwarnings()
+            for action, category, module in reversed(_DEFAULT_FILTERS):
+                warnings.filterwarnings(action, category=category, module=module)
+            warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: err.write(
+                warnings.formatwarning(message, category, filename, lineno, line))
+            try:
+                code = cli.main()
+            except SystemExit as exc:  # argparse's usage errors, as the script would exit
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+                if isinstance(exc.code, str):
+                    err.write(exc.code + "\n")
+            except Exception:  # what the script would print as a traceback (tests look for one)
+                traceback.print_exc(file=err)
+                code = 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        os.chdir(saved_cwd)
+        sys.argv = saved_argv
+    return subprocess.CompletedProcess(["triton-dist-tune", *args], code, out.getvalue(), err.getvalue())
+
+
 def rand(*shape, dtype=torch.float32):
     return torch.randn(*shape, dtype=dtype, device=DEVICE)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import DEVICE, ROOT
+from helpers import DEVICE, ROOT, run_cli
 
 from triton_dist_plugin.tune import autotune
 
@@ -42,8 +42,7 @@ def homes(tmp_path, monkeypatch):
 
 
 def cli(*args):
-    result = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    return result
+    return run_cli(*args)
 
 
 def test_console_script_is_installed():
@@ -162,7 +161,6 @@ assert (out == x + y).all()
 
 
 def test_every_view_tells_full_measurements_from_screening_rounds_after_a_disk_hit(tmp_path):
-    import os
 
     from helpers import run_python
 
@@ -187,8 +185,7 @@ def test_every_view_tells_full_measurements_from_screening_rounds_after_a_disk_h
     assert "measured fully" in hit.stdout.split("screened out")[0]
 
     def run(*args):
-        done = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT, timeout=120,
-                              env={**os.environ, **env})
+        done = run_cli(*args, env=env)
         assert done.returncode == 0, done.stderr
         return done.stdout
 

@@ -4,16 +4,14 @@ docs that agree with the code. Real tunings of the add kernel and of function-le
 the interpreter, the console script in real subprocesses."""
 
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 import triton
-from helpers import DEVICE, ROOT
+from helpers import DEVICE, ROOT, run_cli
 
 from kernels import KERNELS
 from triton_dist_plugin.tune import autotune
@@ -56,8 +54,7 @@ def tuned(dirs):
 
 
 def cli(*args, cwd=ROOT, env=None):
-    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, cwd=cwd, timeout=300,
-                          env={**os.environ, **(env or {})})
+    return run_cli(*args, cwd=cwd, env=env)
 
 
 def names_listed(result) -> list:

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, run_python
+from helpers import ROOT, run_cli, run_python
 
 SCRIPT = Path(sys.executable).parent / "triton-dist-tune"
 
@@ -35,8 +35,7 @@ def timed_in(root: Path, **env) -> int:
 
 
 def cli(root: Path, *args) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "TRITON_DIST_AUTOTUNE_DIR": str(root)}
-    return subprocess.run([str(SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return run_cli(*args, env={"TRITON_INTERPRET": "1", "TRITON_DIST_AUTOTUNE_DIR": str(root)})
 
 
 @pytest.fixture(scope="module")
