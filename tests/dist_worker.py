@@ -2,6 +2,8 @@
 
 Runs a real gloo group on 127.0.0.1 and prints one JSON line with what this rank saw. Every
 scenario's collectives time out (TRITON_DIST_AUTOTUNE_TIMEOUT), so a divergence is an error.
+``helpers.run_ranks`` forks most ranks from ``python tests/dist_worker.py --serve ...`` instead, which
+has run this module-level code once (``rank_server`` says how); ``main`` is the same either way.
 """
 
 import json
@@ -696,6 +698,22 @@ def scenario_frozen_group(rank, world, group):
     return {"pick": kernel.best_config.kwargs["BLOCK"]}
 
 
+def scenario_environment(rank, world, group):
+    """What a rank gets from its start: ``rank_server`` must give a forked one what a fresh one has."""
+    import multiprocessing.process
+    import random
+    import site
+
+    import numpy
+
+    knobs = getattr(triton, "knobs", None)
+    return {"home": os.environ["HOME"], "timeout": os.environ["TRITON_DIST_AUTOTUNE_TIMEOUT"], "cwd": os.getcwd(),
+            "argv": sys.argv[1:], "triton_home": knobs.cache.home_dir if knobs else None,
+            "start_dir": multiprocessing.process.ORIGINAL_DIR, "user_base": site.getuserbase(),
+            "hash": hash("rank"), "random": random.random(), "numpy": float(numpy.random.random()),
+            "seed": torch.initial_seed(), "torch": torch.randn(3).tolist(), "parent": os.getppid()}
+
+
 def main():
     scenario, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     if f"prepare_{scenario}" in globals():
@@ -713,4 +731,9 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "--serve":
+        import rank_server
+
+        rank_server.serve(main)
+    else:
+        main()

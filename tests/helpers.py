@@ -1,11 +1,15 @@
 """Helpers shared by the tests (kept out of conftest so they import by a plain name)."""
 
+import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+import rank_server
 import torch
 
 from triton_dist_plugin import hookimpl
@@ -76,6 +80,38 @@ def run_cli(*args: str, cwd: Any = None, env: dict | None = None) -> subprocess.
         os.chdir(saved_cwd)
         sys.argv = saved_argv
     return subprocess.CompletedProcess(["triton-dist-tune", *args], code, out.getvalue(), err.getvalue())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(scenario, world, tmp_path, timeout_s="20", wall=120):
+    """Run ``tests/dist_worker.py``'s ``scenario`` on ``world`` ranks, each with its own home in
+    ``tmp_path``; every one must finish within ``wall`` seconds (a hang fails). The ranks are forked
+    from ``rank_server`` where they can be, else started afresh; their results, by rank."""
+    port = str(free_port())
+    envs = []
+    for rank in range(world):
+        home = tmp_path / f"home{rank}"
+        home.mkdir(exist_ok=True)
+        env = {**os.environ, "HOME": str(home), "TRITON_INTERPRET": "1", "TRITON_DIST_AUTOTUNE_TIMEOUT": timeout_s}
+        env.pop("TRITON_DIST_AUTOTUNE_DIR", None)
+        envs.append(env)
+    procs = rank_server.start_ranks(scenario, world, port, envs, tmp_path)
+    results = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=wall)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail(f"rank hung in scenario {scenario}")
+        assert p.returncode == 0, err[-3000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return sorted(results, key=lambda r: r["rank"])
 
 
 def rand(*shape, dtype=torch.float32):

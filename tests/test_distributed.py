@@ -2,43 +2,11 @@
 
 import json
 import os
-import socket
-import subprocess
-import sys
 
 import pytest
-from helpers import ROOT
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run_ranks(scenario, world, tmp_path, timeout_s="20", wall=120):
-    """Start ``world`` ranks; every one must finish within ``wall`` seconds (a hang fails)."""
-    port = str(free_port())
-    procs = []
-    for rank in range(world):
-        home = tmp_path / f"home{rank}"
-        home.mkdir(exist_ok=True)
-        env = {**os.environ, "HOME": str(home), "TRITON_INTERPRET": "1", "TRITON_DIST_AUTOTUNE_TIMEOUT": timeout_s}
-        env.pop("TRITON_DIST_AUTOTUNE_DIR", None)
-        procs.append(subprocess.Popen([sys.executable, str(ROOT / "tests" / "dist_worker.py"), scenario, str(rank),
-                                       str(world), port], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    results = []
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=wall)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail(f"rank hung in scenario {scenario}")
-        assert p.returncode == 0, err[-3000:]
-        results.append(json.loads(out.strip().splitlines()[-1]))
-    return sorted(results, key=lambda r: r["rank"])
+import rank_server
+import torch
+from helpers import run_ranks
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -240,3 +208,24 @@ def test_a_subclass_batch_bench_that_returns_other_configs_on_each_rank_still_pi
 def test_frozen_nearest_under_a_group_launches_rank_0s_pick_on_every_rank(tmp_path):
     results = run_ranks("frozen_group", 2, tmp_path)
     assert results[0]["pick"] == results[1]["pick"] == 512  # the pick tuned together (rank 0's disk)
+
+
+def test_a_forked_rank_gets_what_a_fresh_process_would(tmp_path):
+    """``rank_server``: each rank its environment, directory, arguments and what was derived from them at
+    import, and fresh seeds, as a fresh process would (a hash seed of its own beside its neighbour's)."""
+    results = run_ranks("environment", 3, tmp_path, timeout_s="7")
+    for r in results:
+        home = str(tmp_path / f"home{r['rank']}")
+        assert r["home"] == home and r["timeout"] == "7" and r["cwd"] == r["start_dir"] == str(tmp_path), r
+        assert r["argv"][:3] == ["environment", str(r["rank"]), "3"], r
+        assert r["triton_home"] in (None, home + "/") and r["user_base"] == os.path.join(home, ".local"), r
+    assert len({r["random"] for r in results}) == len({r["numpy"] for r in results}) == 3, results
+    # torch seeds its generator at random in each process (2.13 does), or with its fixed default.
+    seeds = {r["seed"] for r in results}
+    assert len(seeds) == len({tuple(r["torch"]) for r in results}) == 3 or seeds == {torch.Generator().initial_seed()}
+    assert results[0]["hash"] != results[1]["hash"], results
+    if rank_server.USABLE:  # forked: the ranks' parents are the two servers (even ranks, odd ones)
+        assert not [s for s in rank_server.plain_starts if s.startswith("environment ")], rank_server.plain_starts
+        assert results[0]["parent"] == results[2]["parent"] != results[1]["parent"] != os.getpid(), results
+    else:  # started afresh
+        assert {r["parent"] for r in results} == {os.getpid()}, results

@@ -13,9 +13,8 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import DEVICE
+from helpers import DEVICE, run_ranks
 from search_space import BEST, LARGE, LARGE_BEST, SPACE, bowl, copy
-from test_distributed import run_ranks
 
 import triton_dist_plugin as tdp
 from triton_dist_plugin import engine, hookimpl

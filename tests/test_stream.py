@@ -13,8 +13,8 @@ import time
 import torch
 import triton
 import triton.language as tl
+from helpers import run_ranks
 from search_space import BEST, SPACE, bowl, copy, forked_prepare, name
-from test_distributed import run_ranks
 
 import triton_dist_plugin as tdp
 from triton_dist_plugin import engine
