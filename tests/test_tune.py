@@ -301,6 +301,10 @@ def test_concurrent_writers_leave_valid_json(tmp_path):
     procs = [ctx.Process(target=_writer, args=(path, 30, i)) for i in range(4)]
     for p in procs:
         p.start()
+    # The writers spend their first second importing: wait for the first write without spinning,
+    # then read as fast as possible while they write.
+    while not path.exists() and any(p.is_alive() for p in procs):
+        time.sleep(0.005)
     reads = 0
     while any(p.is_alive() for p in procs):
         data = filestore.read_json(path)
@@ -310,6 +314,7 @@ def test_concurrent_writers_leave_valid_json(tmp_path):
     for p in procs:
         p.join(timeout=60)
         assert p.exitcode == 0
+    assert reads > 0  # the file was read while they wrote
     assert json.loads(path.read_text())["j"] == 29
     assert not [f for f in tmp_path.iterdir() if f.suffix == ".tmp"]
 
