@@ -104,6 +104,54 @@ def test_the_worker_starts_when_an_isolated_kernel_is_decorated_and_imports_its_
     assert "ran 2 candidates" in note and "before the job" in note and "0 failed" in note, note
 
 
+def _wait_for(condition, seconds=30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_worker_idle_after_tuning_is_replaced_by_one_that_holds_nothing(recorder, monkeypatch):
+    """Its GPU context (on a GPU, some hundreds of MB) goes once tuning has been idle for
+    TRITON_DIST_AUTOTUNE_ISOLATE_IDLE seconds: a fresh worker, given no kernel yet, takes its place,
+    with the kernels' modules imported ahead again, and serves the next tuning."""
+    monkeypatch.setenv(isolate.ENV, "1")
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_ISOLATE_IDLE", "0.3")
+    _no_worker()
+    kernel = triton.autotune(configs=[CONFIGS[0], CONFIGS[3]], key=["n"])(planted)
+    worker = isolate._shared
+    copy_with(kernel, 300)
+    used = worker.proc
+    assert _wait_for(lambda: worker.proc is not used), "the idle worker was never released"
+    assert used.wait(10) is not None and worker.proc.poll() is None and worker.released == 1
+    assert worker.job is None and worker.sent_at == 0.0 and worker.preloaded == {__name__}
+    fresh = worker.proc
+    x, out = copy_with(kernel, 500)  # the next key: the fresh worker runs its candidates
+    torch.testing.assert_close(out, x)
+    assert isolate._shared is worker and any("ran 2 candidates in the isolation worker" in n
+                                             for n in recorder.records[-1].notes)
+    assert worker.proc is fresh or worker.released == 2
+
+
+def test_a_worker_is_kept_while_tunings_follow_and_with_no_idle_time(recorder, monkeypatch):
+    monkeypatch.setenv(isolate.ENV, "1")
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_ISOLATE_IDLE", "0")
+    _no_worker()
+    kernel = triton.autotune(configs=[CONFIGS[0], CONFIGS[3]], key=["n"])(planted)
+    copy_with(kernel, 300)
+    used = isolate._shared.proc
+    time.sleep(1.0)
+    assert isolate._shared.proc is used and used.poll() is None and isolate._shared.released == 0
+    # A release timed for one tuning never takes the worker from the next, begun meanwhile.
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_ISOLATE_IDLE", "2")
+    copy_with(kernel, 400)
+    assert isolate.worker() is isolate._shared  # the next tuning begins, well before the release is due
+    time.sleep(3.0)
+    assert isolate._shared.proc is used and isolate._shared.released == 0
+
+
 def test_a_large_job_never_waits_for_a_worker_that_is_not_reading(recorder, monkeypatch):
     """The worker reads nothing while it imports torch: the arguments (here 64 MB, far beyond a
     socket's buffer) go from a thread of their own, so compilation starts at once. A stopped

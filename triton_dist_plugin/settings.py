@@ -98,6 +98,12 @@ MIN_SECONDS, MAX_SECONDS = 0.001, 86400.0
 _SECONDS = "a number of seconds from 0.001 to 86400 (a day)"
 
 
+def _seconds_or_never(default: float) -> Callable[[str], float]:
+    """``_seconds``, or ``0`` for never."""
+    seconds = _seconds(default)
+    return lambda raw: 0.0 if raw.strip() in ("0", "0.0") else seconds(raw)
+
+
 def _seconds(default: float) -> Callable[[str], float]:
     """Seconds from a millisecond to a day: a shorter timeout has no effect (every wait takes
     longer), a longer one overflows the clocks it is handed to; unset means ``default``."""
@@ -198,6 +204,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TRITON_DIST_AUTOTUNE_ISOLATE", "0/1", "on for `configs=[]` candidates",
             "run each candidate once in a spawned worker first, so one that crashes or hangs fails there, not "
             "in this process; `1`: for every kernel, `0`: never", _optional_bit, "0 or 1 (unset: generated only)"),
+    Setting("TRITON_DIST_AUTOTUNE_ISOLATE_IDLE", "seconds", "`10`",
+            "how long the isolation worker keeps its GPU context (some hundreds of MB) after the last tuning that "
+            "used it; then a fresh worker that holds no GPU memory takes its place; `0`: kept for the life of the "
+            "process", _seconds_or_never(10.0), f"0, or {_SECONDS}"),
     Setting("TRITON_DIST_AUTOTUNE_ISOLATE_TIMEOUT", "seconds", "`30`",
             "how long one candidate may run in the isolation worker before it counts as hung", _seconds(30.0),
             f"{_SECONDS}, such as 30"),

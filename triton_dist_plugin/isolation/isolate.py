@@ -13,9 +13,9 @@ isolated is decorated, so its slowest part, importing torch, Triton and the kern
 first call's path; it makes its CUDA context only when the first tuning sends it work, so a
 process that never tunes (every key on disk) holds no GPU memory for it. Each tuning sends it the
 kernel and the arguments before compilation begins, and each candidate as soon as it has
-compiled, so it runs them while the others still compile. Once it has a CUDA context it keeps it
-(some hundreds of MB of GPU memory) until the process exits; ``TRITON_DIST_AUTOTUNE_ISOLATE=0``
-avoids it. It is a plain ``python -I -c`` process rather than a ``multiprocessing`` spawn, which
+compiled, so it runs them while the others still compile. Once it has a CUDA context (some
+hundreds of MB of GPU memory) it keeps it only until tuning has been idle a while (``idle``). It
+is a plain ``python -I -c`` process rather than a ``multiprocessing`` spawn, which
 would import the user's main script again (and run whatever it does outside
 ``if __name__ == "__main__"``). Isolated mode (``-I``) and this process's ``sys.path`` less the
 working directory keep it from running any file there (a stray ``json.py``); it dies with this
@@ -46,7 +46,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Optional
 
 from .. import frozen, settings
-from . import isolate_source
+from . import idle, isolate_source
 from .isolate_source import Unisolated, locate
 from .isolate_worker import BOOTSTRAP
 from .isolate_worker import copy as _copy
@@ -110,6 +110,11 @@ def prestart(fn: Any = None, generated: bool = False) -> None:
         return
 
 
+def done(worker: Worker) -> None:
+    """The tuning that used ``worker`` is over: its GPU context goes once tuning stays idle."""
+    idle.after_tuning(worker, _shared_lock, lambda: _shared)
+
+
 def _deliver(conn: Connection, outbox: queue.SimpleQueue) -> None:
     """Write the worker's messages in order, off the caller's thread: the worker reads nothing
     while it imports torch, and a job's arguments (often many MB) would block the send until then.
@@ -136,6 +141,7 @@ class Worker:
         self.heuristics: Optional[tuple] = None  # (layers, args, kwargs) over a rebuilt kernel
         self.sent_at = self.ready_at = 0.0
         self.lock = threading.Lock()  # compile threads submit concurrently
+        self.generation = self.released = 0  # tunings begun; idle releases (``idle``)
         self.start()
 
     def start(self) -> None:
@@ -164,6 +170,7 @@ class Worker:
         if self.sent or self.awaiting or self.proc is None or self.proc.poll() is not None:
             self.stop()
             self.start()
+        self.generation += 1
         self.job, self.unisolated, self.runs, self.heuristics = None, None, {}, None
         self.sent_at = self.ready_at = 0.0
 

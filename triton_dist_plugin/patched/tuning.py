@@ -64,6 +64,7 @@ class KernelJob(job.Job):
         self.make_call = make_call_factory(instance, state, args, kwargs, self.pre, post)
         self.checks = {"accuracy": accuracy_check_enabled(instance), "isolated": isolate.enabled(state.generate)}
         self.outcome: Any = None
+        self.worker: Any = None  # the isolation worker this tuning used, if any
         # Keyed on every check it is made with: a pick stored without the accuracy check or isolation
         # is never reused with them.
         self.store = persist.KernelStore(state.name, instance.fn, request.device,
@@ -158,6 +159,8 @@ class KernelJob(job.Job):
         finally:
             if bar is not None:
                 bar.close()
+            if self.worker is not None:
+                isolate.done(self.worker)
         if gate is not None:
             gate.finish()
         whole = len(configs) <= search.whole_limit()
@@ -174,6 +177,7 @@ class KernelJob(job.Job):
         instance, state, request, configs = self.instance, self.state, self.request, self.configs
         args, kwargs, named, group, make_call = self.args, self.kwargs, self.named, self.group, self.make_call
         worker, runs = _isolation(instance, state, args, kwargs, configs, request)  # runs candidates as they compile
+        self.worker = worker
         position = {id(c): i for i, c in enumerate(configs)}
 
         def ready(subset: list, stream: Any = None, together: bool = True) -> tuple[dict, dict]:
