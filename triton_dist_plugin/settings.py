@@ -204,10 +204,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TRITON_DIST_AUTOTUNE_ISOLATE", "0/1", "on for `configs=[]` candidates",
             "run each candidate once in a spawned worker first, so one that crashes or hangs fails there, not "
             "in this process; `1`: for every kernel, `0`: never", _optional_bit, "0 or 1 (unset: generated only)"),
-    Setting("TRITON_DIST_AUTOTUNE_ISOLATE_IDLE", "seconds", "`10`",
+    Setting("TRITON_DIST_AUTOTUNE_ISOLATE_IDLE", "seconds", "`5`",
             "how long the isolation worker keeps its GPU context (some hundreds of MB) after the last tuning that "
             "used it; then a fresh worker that holds no GPU memory takes its place; `0`: kept for the life of the "
-            "process", _seconds_or_never(10.0), f"0, or {_SECONDS}"),
+            "process", _seconds_or_never(5.0), f"0, or {_SECONDS}"),
     Setting("TRITON_DIST_AUTOTUNE_ISOLATE_TIMEOUT", "seconds", "`30`",
             "how long one candidate may run in the isolation worker before it counts as hung", _seconds(30.0),
             f"{_SECONDS}, such as 30"),
