@@ -63,3 +63,11 @@ def _active():
 def _own_cache_dir(tmp_path, monkeypatch):
     """Every test gets an empty plugin cache directory (kernel-level picks persist by default)."""
     monkeypatch.setenv("TRITON_DIST_AUTOTUNE_DIR", str(tmp_path / "tdp-cache"))
+
+
+@pytest.fixture(autouse=True)
+def _isolation_worker_kept(monkeypatch):
+    """The isolation worker is kept between tests (``TRITON_DIST_AUTOTUNE_ISOLATE_IDLE=0``): with the
+    default, each pause of 5 s after an isolated tuning would start a new worker process, a second
+    of imports each, for nothing a test looks at. The tests of that release set it themselves."""
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_ISOLATE_IDLE", "0")
