@@ -676,6 +676,35 @@ def scenario_own_batch_bench_loses_other_configs(rank, world, group):
             "timings": {c.kwargs["BLOCK"]: t[0] for c, t in kernel.configs_timings.items()}}
 
 
+def scenario_one_request(rank, world, group):
+    """Inside ``tuning_group``, every hook of one tuning sees one request, over that group."""
+    from kernels import KERNELS
+    from triton_dist_plugin import hookimpl
+
+    seen = []
+
+    class Watch:
+        @hookimpl
+        def tdp_prune_configs(self, request, configs):
+            seen.append(("prune", id(request), request.group is group))
+
+        @hookimpl(tryfirst=True)
+        def tdp_search(self, request, candidates, evaluate, space, screen):
+            seen.append(("search", id(request), request.group is group))
+
+        @hookimpl(tryfirst=True)
+        def tdp_time_candidate(self, request):
+            seen.append(("time", id(request.tuning), request.tuning.group is group))
+
+    tdp.register(Watch())
+    spec = KERNELS["add"]
+    x, y = spec.make_inputs("tiny", "cpu")
+    with tdp.tuning_group(group):
+        spec.launch(triton.autotune(configs=spec.configs("cpu"), key=spec.key)(spec.jit), x, y)
+    return {"hooks": sorted({h for h, _, _ in seen}), "requests": len({i for _, i, _ in seen}),
+            "over_the_group": all(g for _, _, g in seen)}
+
+
 def scenario_frozen_group(rank, world, group):
     """Tuned together once (only rank 0 keeps the pick on its disk), then, in frozen mode, a new
     key with fresh tuners: every rank launches rank 0's nearest pick, not what its own disk has."""

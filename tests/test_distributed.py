@@ -205,6 +205,12 @@ def test_a_subclass_batch_bench_that_returns_other_configs_on_each_rank_still_pi
     assert results[0]["timings"]["64"] == float("inf") and "128" not in results[0]["timings"]  # 64: lost there
 
 
+def test_every_hook_of_a_tuning_in_a_group_sees_one_request_over_that_group(tmp_path):
+    (result,) = run_ranks("one_request", 1, tmp_path)
+    assert {"prune", "time"} <= set(result["hooks"]), result
+    assert result["requests"] == 1 and result["over_the_group"], result
+
+
 def test_frozen_nearest_under_a_group_launches_rank_0s_pick_on_every_rank(tmp_path):
     results = run_ranks("frozen_group", 2, tmp_path)
     assert results[0]["pick"] == results[1]["pick"] == 512  # the pick tuned together (rank 0's disk)

@@ -84,3 +84,31 @@ def test_a_copy_for_another_group_shares_the_findings():
     over = dataclasses.replace(request, group="ranks")
     over.found.notes.append("screened 2 of 4")
     assert over.group == "ranks" and request.group is None and request.notes == ["screened 2 of 4"]
+
+
+def test_a_request_built_from_another_has_findings_of_its_own():
+    import copy
+    import dataclasses
+
+    request = TuningRequest("k", (1,), "cpu")
+    request.found.notes.append("mine")
+    request.found.ranking = [3.0]
+    replaced = dataclasses.replace(request, notes=["fresh"], ranking=None)
+    assert request.notes == ["mine"] and request.ranking == [3.0]
+    assert replaced.notes == ["fresh"] and replaced.ranking is None
+    copied = copy.copy(request)  # shallow, as it always was; but assigning a finding stays the copy's
+    copied.found.ranking = [1.0]
+    assert request.ranking == [3.0] and copied.found is not request.found
+
+
+def test_a_dataclass_subclass_of_the_request_is_built_and_then_fixed():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Mine(TuningRequest):
+        extra: int = 0
+
+    mine = Mine("k", (1,), "cpu", extra=2)
+    assert (mine.kernel_name, mine.extra, mine.notes) == ("k", 2, [])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        mine.key = (2,)

@@ -549,3 +549,31 @@ def test_a_grid_that_reads_a_heuristics_value_is_computed_with_it_for_the_worker
     torch.testing.assert_close(out, x)
     notes = recorder.records[-1].notes
     assert any(note.startswith("ran 2 candidates in the isolation worker") for note in notes), notes
+
+
+def test_a_tuning_that_sends_the_worker_nothing_still_lets_the_earlier_context_go(recorder, monkeypatch):
+    """The next tuning took the worker (its generation moved on) but sent it no kernel (tuned
+    unisolated): the context the first tuning made is still given back once tuning is idle."""
+    monkeypatch.setenv(isolate.ENV, "1")
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_ISOLATE_IDLE", "0.3")
+    _no_worker()
+    copy_with(triton.autotune(configs=[CONFIGS[0], CONFIGS[3]], key=["n"])(planted), 300)
+    worker = isolate.worker()  # the next tuning begins...
+    isolate.done(worker)  # ...and ends without sending it anything
+    assert _wait_for(lambda: worker.released == 1), "the first tuning's context was kept"
+
+
+def test_a_forked_child_has_no_worker_and_a_lock_of_its_own():
+    """A child forked while the lock was held (an idle release under way) must not wait on it
+    forever, nor stop the parent's worker."""
+    first = isolate.worker()
+    assert isolate._shared_lock.acquire(timeout=5)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            ok = isolate._shared is None and isolate._shared_lock.acquire(timeout=2) and first.proc is None
+            os._exit(0 if ok else 1)
+    finally:
+        isolate._shared_lock.release()
+    assert os.waitpid(pid, 0)[1] == 0
+    assert isolate._shared is first and first.proc.poll() is None

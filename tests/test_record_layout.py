@@ -321,3 +321,20 @@ def test_whatever_an_older_layout_lets_through_is_read_in_this_one(data):
         return
     assert current["format"] == 3 and records.check(current, kind) is current
     assert all(set(c) == ROW for c in current["candidates"])
+
+
+def test_a_failed_row_repeating_the_picks_description_never_speaks_for_the_pick(tmp_path, recorder):
+    """Equal entries of ``config_space`` share a description: a hit's timings take the pick's own
+    row, not a later failed one that describes it too."""
+    x = torch.ones(4)
+    Scaled()(x)
+    (path,) = function_file(tmp_path / "tdp-cache")
+    record = json.loads(path.read_text())
+    record["candidates"].append({"index": 7, "config": record["pick_config"], "ms": None, "timing": None,
+                                 "failure": "boom", "measured": True})
+    record["retained"] = record["retained"] + [7]
+    assert records.check(record, "function")
+    path.write_text(json.dumps(record))
+    Scaled()(x)
+    hit = recorder.records[-1]
+    assert hit.cache_hit and hit.timings[record["pick_config"]][0] < float("inf")

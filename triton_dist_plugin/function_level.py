@@ -164,7 +164,8 @@ class FunctionJob(job.Job):
                           "Make key_fn return values that print the same in every run (shapes, ints, str(dtype)).",
                           RuntimeWarning, stacklevel=_callsite.stacklevel())
         self.logger = _logger(verbose and self.rank == 0)
-        self.request = TuningRequest(self.name, key if _hashable(key) else repr(key), self.device, {}, dict(kwargs))
+        self.request = TuningRequest(self.name, key if _hashable(key) else repr(key), self.device, {}, dict(kwargs),
+                                     group=group)
         self.lines: list[str] = []
 
     def read(self) -> Optional[job.Found]:
@@ -174,8 +175,10 @@ class FunctionJob(job.Job):
             return None
         where, record = found
         items = record["candidates"]  # in this version's layout, whatever format it was stored in
-        return job.Found(record["pick"], {c["config"]: _stored_ms(c["timing"]) for c in items}, where,
-                         [c["config"] for c in items if c["measured"]])
+        # Equal entries of config_space share a description: the pick's own row speaks for it.
+        timings = {c["config"]: _stored_ms(c["timing"]) for c in items if c["index"] != record["pick"]}
+        timings.update({c["config"]: _stored_ms(c["timing"]) for c in items if c["index"] == record["pick"]})
+        return job.Found(record["pick"], timings, where, [c["config"] for c in items if c["measured"]])
 
     def hit(self, index: int, found: Optional[job.Found]) -> dict:
         self.logger.info("%s: key %r found in the cache: %s", self.name, self.key, self.reprs[index])

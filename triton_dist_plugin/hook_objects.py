@@ -4,7 +4,7 @@ result, and a cache entry."""
 from __future__ import annotations
 
 import warnings
-from dataclasses import FrozenInstanceError, dataclass, field, fields
+from dataclasses import FrozenInstanceError, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -34,6 +34,8 @@ class TuningFindings:
     problem: Any = None
     model: Optional[dict] = None
 
+
+_UNSET: Any = object()  # a finding not given to the constructor (None is a value: "no ranking")
 
 #: The findings a request once held itself: still read there, and (deprecated) assigned there.
 FINDINGS = tuple(f.name for f in fields(TuningFindings))
@@ -72,24 +74,29 @@ class TuningRequest:
     found: TuningFindings = field(default_factory=TuningFindings)
 
     def __init__(self, kernel_name: str, key: tuple, device: str, nargs: Optional[dict] = None,
-                 kwargs: Optional[dict] = None, autotuner: Any = None, grid: Any = None, notes: Optional[list] = None,
-                 group: Any = None, prior: Optional[list] = None, prior_key: Any = None,
-                 prior_unseen: Optional[list] = None, ranking: Optional[list] = None, problem: Any = None,
-                 model: Optional[dict] = None, reference: Any = None, *,
+                 kwargs: Optional[dict] = None, autotuner: Any = None, grid: Any = None, notes: Any = _UNSET,
+                 group: Any = None, prior: Any = _UNSET, prior_key: Any = _UNSET, prior_unseen: Any = _UNSET,
+                 ranking: Any = _UNSET, problem: Any = _UNSET, model: Any = _UNSET, reference: Any = _UNSET, *,
                  found: Optional[TuningFindings] = None) -> None:
         # The arguments, positions included, of the request that held its findings: plugins and
-        # tests build requests so.
-        found = TuningFindings() if found is None else found
+        # tests build requests so. Findings given beside ``found`` (``dataclasses.replace`` with
+        # one) go to a copy of it: a request built from another never writes into that one's.
         given = {"notes": notes, "prior": prior, "prior_key": prior_key, "prior_unseen": prior_unseen,
                  "ranking": ranking, "problem": problem, "model": model, "reference": reference}
-        for name, value in given.items():
-            if value is not None:
-                setattr(found, name, value)
+        given = {name: value for name, value in given.items() if value is not _UNSET}
+        found = TuningFindings(**given) if found is None else replace(found, **given) if given else found
         question = {"kernel_name": kernel_name, "key": key, "device": device,
                     "nargs": {} if nargs is None else nargs, "kwargs": {} if kwargs is None else kwargs,
                     "autotuner": autotuner, "grid": grid, "group": group, "found": found}
         for name, value in question.items():
             object.__setattr__(self, name, value)
+
+    def __copy__(self) -> TuningRequest:
+        """A copy with findings of its own (as a copy of the request had before they moved)."""
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        object.__setattr__(clone, "found", replace(self.found))
+        return clone
 
     notes = _read_through("notes")
     reference = _read_through("reference")
@@ -105,7 +112,7 @@ class TuningRequest:
             warnings.warn(f"assigning request.{name} is deprecated: the tuning's findings live in "
                           f"request.found; assign request.found.{name}", DeprecationWarning, stacklevel=2)
             setattr(self.found, name, value)
-        elif name in _QUESTION:
+        elif name in _QUESTION and name in self.__dict__:  # set once (a subclass's own __init__ may)
             raise FrozenInstanceError(f"cannot assign to field {name!r}: a TuningRequest is the question being "
                                       "tuned and does not change; what the tuning finds goes to request.found")
         else:  # an attribute of a plugin's own, hung on the request: as before

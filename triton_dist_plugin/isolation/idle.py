@@ -24,7 +24,7 @@ def after_tuning(worker: Any, lock: threading.Lock, current: Callable[[], Any]) 
     tuning took it meanwhile (``worker.generation`` moved on) or it is no longer the process's
     worker (``current()``, read under ``lock``, the lock ``isolate.worker()`` takes)."""
     seconds = settings.value(ENV)
-    if not seconds or not worker.sent_at:  # kept for the process, or never sent a kernel: no context
+    if not seconds or not worker.given_work:  # kept for the process, or never sent a kernel: no context
         return
     timer = threading.Timer(seconds, _release, args=(worker, worker.generation, lock, current))
     timer.daemon = True  # never keeps the process alive
@@ -38,7 +38,7 @@ def _release(worker: Any, generation: int, lock: threading.Lock, current: Callab
         modules = set(worker.preloaded)
         worker.stop()
         worker.start()
-        worker.job, worker.sent_at = None, 0.0
+        worker.job, worker.sent_at = None, 0.0  # (start() left given_work False: it holds no context)
         for module in sorted(modules):  # imported ahead again, as when the kernels were decorated
             worker.preloaded.add(module)
             worker._send(pickle.dumps(("preload", module)))

@@ -1,34 +1,25 @@
 """Run each candidate once in a separate, spawned process before it may run in the user's.
 
-A candidate that writes out of bounds poisons the CUDA context ("illegal memory access"), and one
-that never finishes hangs the process: either way the user's process is lost with it. With
-isolation on, every candidate first runs once in a worker process (a new interpreter, so it has
-its own CUDA context) on its own copies of the arguments, under a timeout. One that crashes the
-worker, raises there, or does not finish in time is a failed candidate with that reason: it is
-never run in the user's process, and tuning goes on with the others (a new worker takes the rest).
+A candidate that writes out of bounds poisons the CUDA context, and one that never finishes hangs
+the process. With isolation on, every candidate first runs once in a worker process (its own CUDA
+context) on its own copies of the arguments, under a timeout; one that crashes the worker, raises
+there or does not finish in time is a failed candidate with that reason, never run in the user's
+process, and a new worker takes the rest.
 
-One worker serves every tuning of the process. It is started as soon as a kernel that will be
-isolated is decorated, so its slowest part, importing torch, Triton and the kernel's module
-(about 3 s on an H200 host), runs while the user's program is still starting rather than on the
-first call's path; it makes its CUDA context only when the first tuning sends it work, so a
-process that never tunes (every key on disk) holds no GPU memory for it. Each tuning sends it the
-kernel and the arguments before compilation begins, and each candidate as soon as it has
-compiled, so it runs them while the others still compile. Once it has a CUDA context (some
-hundreds of MB of GPU memory) it keeps it only until tuning has been idle a while (``idle``). It
-is a plain ``python -I -c`` process rather than a ``multiprocessing`` spawn, which
-would import the user's main script again (and run whatever it does outside
-``if __name__ == "__main__"``). Isolated mode (``-I``) and this process's ``sys.path`` less the
-working directory keep it from running any file there (a stray ``json.py``); it dies with this
-process (Linux's parent-death signal, and a watch on its socket and parent, even mid-candidate).
+One worker serves every tuning of the process. It starts when a kernel that will be isolated is
+decorated, so its slow imports (torch, Triton, the kernel's module) run off the first call's path;
+it makes its CUDA context only when a tuning sends it work, and gives it back once tuning has been
+idle a while (``idle``). Each tuning sends it the kernel and the arguments before compiling, and
+each candidate as it compiles. It is a plain ``python -I -c`` process, not a ``multiprocessing``
+spawn (which would import the user's main script again); ``-I`` and this process's ``sys.path``
+less the working directory keep it from running any file there; it dies with this process
+(Linux's parent-death signal, and a watch on its socket and parent, even mid-candidate).
 
-When it is on (``TRITON_DIST_AUTOTUNE_ISOLATE``): by default for candidates the plugin generated
-itself (``configs=[]``), which nobody has run before; ``1`` for every tuned kernel; ``0`` never.
-Explicit configs are the kernel author's and usually known good, and a worker costs a process
-start, overlapped with compilation. The worker imports the kernel's module where it can; a kernel
-defined in the main script, inside a function, or in a module only the working directory holds
-is rebuilt there from its source (``isolate_source``). One that uses globals that cannot be sent,
-or arguments that cannot be copied (objects other than tensors and plain values), is tuned
-unisolated, with a note in the report.
+On (``TRITON_DIST_AUTOTUNE_ISOLATE``) by default for generated candidates (``configs=[]``), which
+nobody has run before; ``1`` for every tuned kernel; ``0`` never. A kernel in the main script,
+inside a function or in the working directory is rebuilt in the worker from its source
+(``isolate_source``); one whose globals or arguments cannot be sent is tuned unisolated, with a
+note in the report.
 """
 
 from __future__ import annotations
@@ -110,6 +101,17 @@ def prestart(fn: Any = None, generated: bool = False) -> None:
         return
 
 
+def _forget_after_fork() -> None:
+    """A forked child has no worker: the lock may have been held at the fork, and the parent's is not its to stop."""
+    global _shared, _shared_lock
+    if _shared is not None:
+        _shared.proc = None
+    _shared, _shared_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def done(worker: Worker) -> None:
     """The tuning that used ``worker`` is over: its GPU context goes once tuning stays idle."""
     idle.after_tuning(worker, _shared_lock, lambda: _shared)
@@ -160,6 +162,7 @@ class Worker:
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()
         threading.Thread(target=_deliver, args=(self.conn, self.outbox), name="tdp-isolation-send", daemon=True).start()
         self.started_at = time.monotonic()
+        self.given_work = False  # sent a job (so made its CUDA context): what an idle release gives back
         self.sent = []
         self.preloaded: set[str] = set()  # modules it was asked to import ahead of any job
         self.awaiting = False  # a job was sent and its "ready" not read yet
@@ -201,7 +204,7 @@ class Worker:
             return
         self.job = message
         self.heuristics = (layers, args, kwargs) if layers else None  # evaluated here, per candidate
-        self.awaiting = True
+        self.awaiting = self.given_work = True
         self.sent_at = time.monotonic()
         self._send(message)
 

@@ -19,7 +19,7 @@ import contextlib
 import threading
 from typing import Any, Callable, Iterator
 
-from .. import _compat, frozen, settings
+from .. import _compat, distributed, frozen, settings
 from ..compiling import forked_compile
 from ..hook_objects import TuningRequest
 from ..isolation import isolate
@@ -125,7 +125,9 @@ def tune(instance: Any, state: KernelState, key: tuple, args: tuple, kwargs: dic
         nargs, launch, named, meta = split_launch(state, args, kwargs)
         forked_compile.prestarted()  # the driver's first use below takes what it built
         device = _compat.active_device(required=user_do_bench(instance) is None)
-        request = TuningRequest(state.name, key, device, named, meta, autotuner=instance, grid=kwargs.get("grid"))
+        # Over the group it tunes in, from the first hook on: every hook sees this one request.
+        request = TuningRequest(state.name, key, device, named, meta, autotuner=instance, grid=kwargs.get("grid"),
+                                group=distributed.kernel_group())
         previous, kernel_state.current.request = getattr(kernel_state.current, "request", None), request
         instance.nargs = nargs  # read by prune_configs and perf models, as upstream
         try:

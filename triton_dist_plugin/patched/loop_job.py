@@ -37,13 +37,13 @@ class LoopJob(job.Job):
                  device_required: bool = True, alone: bool = False):
         _, launch, named, rest = split_launch(state, args, meta)
         device = _compat.active_device(required=device_required and user_do_bench(instance) is None)
+        self.group = distributed.kernel_group()  # only inside tuning_group(): the user asked for it
         self.request = TuningRequest(state.name, state.key(args, launch), device, named, rest, autotuner=instance,
-                                     grid=meta.get("grid"))
+                                     grid=meta.get("grid"), group=self.group)
         self.instance, self.state, self.args, self.meta, self.named = instance, state, args, meta, named
         self.configs, self.time_them, self.alone = configs, time_them, alone
         self.shape = shape or (lambda timings: {c: raw(t) for c, t in timings.items()})
         self.name, self.key, self.labels = state.name, self.request.key, [str(c) for c in configs]
-        self.group = distributed.kernel_group()  # only inside tuning_group(): the user asked for it
         self.checks = {"accuracy": accuracy_check_enabled(instance)}
         self.method = timing.resolve_method(device)
 

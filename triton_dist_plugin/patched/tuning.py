@@ -58,7 +58,7 @@ class KernelJob(job.Job):
                  kwargs: dict, named: dict, configs: list):
         self.instance, self.state, self.request, self.key = instance, state, request, key
         self.args, self.kwargs, self.named, self.configs = args, kwargs, named, configs
-        self.name, self.labels, self.group = state.name, [str(c) for c in configs], distributed.kernel_group()
+        self.name, self.labels, self.group = state.name, [str(c) for c in configs], request.group
         self.method = timing.resolve_method(request.device)
         self.pre, post = call_hooks(instance)
         self.make_call = make_call_factory(instance, state, args, kwargs, self.pre, post)
