@@ -115,6 +115,17 @@ def row_sense(c: dict, where: str) -> None:
         fail(f"{where}.measured", "is true, yet it has neither a time nor a failure")
 
 
+def retained_sense(retained: list, seen: dict) -> None:
+    """``retained`` lists each position once, and every candidate's position (``seen``: position
+    -> row) among them; a set, so a record of 65,536 rows is checked in linear time."""
+    kept = set(retained)
+    if len(kept) != len(retained):
+        fail("retained", "lists a candidate twice")
+    outside = [ident for ident in seen if ident not in kept]
+    if outside:
+        fail(f"candidates[{seen[outside[0]]}].index", f"is {outside[0]}, which 'retained' does not list")
+
+
 def pick_sense(row: dict, name: str, where: str) -> None:
     """The row a record names as its pick (through the field ``name``) was timed fully and did not fail."""
     if row.get("failure") is not None:
