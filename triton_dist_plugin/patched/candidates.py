@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional
 
-from .. import bus, distributed
+from .. import bus
 from ..compiling import precompile as _precompile
 from ..hook_objects import TuningRequest
 from .kernel_state import KernelState
@@ -162,16 +162,6 @@ def compile_all(instance: Any, state: KernelState, request: TuningRequest, args:
     request.found.notes.append(f"compiled {len(configs) - left} candidates in {time.perf_counter() - started:.2f}s"
                                f" ({_precompile.summary()})")
     return failed
-
-
-def agree(group: Any, state: KernelState, key: Any, configs: list, stored: Optional[int] = None,
-          checks: Optional[dict] = None) -> Optional[int]:
-    """Ranks tuning together check they tune the same key over the same candidates with the same
-    ``checks`` (a rank with the accuracy check on makes a collective the others would not), and
-    agree on a pick read from disk (``stored``: its position here): one rank's hit is every rank's."""
-    if group is None:
-        return stored
-    return distributed.agree(group, state.name, key, [str(c) for c in configs], stored, checks)
 
 
 def record_failure(instance: Any, config: Any, reason: str) -> None:

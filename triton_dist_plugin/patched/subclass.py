@@ -131,13 +131,11 @@ def batch_bench_wrapper(wrapped, instance, args, kwargs):
     go through ``tdp_reduce_timings`` (ranks agree and take the slowest), and ``tdp_on_tuned``
     receives the record."""
     state = state_of(instance)
-    configs = kwargs.get("configs")
-    if not isinstance(configs, (list, tuple)) or not configs:
-        if frozen.capturing():
-            frozen.refuse(state.name)
-        return wrapped(*args, **kwargs)
     if frozen.capturing():  # before any hook of the user's runs (the pruning below), as every job checks
         frozen.refuse(state.name)
+    configs = kwargs.get("configs")
+    if not isinstance(configs, (list, tuple)) or not configs:
+        return wrapped(*args, **kwargs)
     settings.validate()
     own = _OwnBatch(wrapped, kwargs)
     loop = LoopJob(instance, state, args, {k: v for k, v in kwargs.items() if k != "configs"}, list(configs), own,
