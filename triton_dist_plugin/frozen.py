@@ -25,9 +25,9 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from . import _callsite, engine, settings
+from . import _callsite, distributed, engine, settings
 from .hook_objects import TuningRequest
-from .store import cache, filestore, keys
+from .store import cache, describe, filestore, keys
 
 ENV = "TRITON_DIST_AUTOTUNE_ON_CAPTURE"
 FROZEN_ENV = "TRITON_DIST_AUTOTUNE_FROZEN"
@@ -95,6 +95,16 @@ def on_miss(name: str, key: Any, tuned: dict, first: Any, autotuner: Any = None,
             "key this met.")
     return _substitute(name, key, tuned, first, autotuner, device, "frozen mode", f"{FROZEN_ENV}=nearest",
                        "Tune it ahead to use its own pick.")
+
+
+def shared_pick(group: Any, config: Any, known: list, name: str) -> Any:
+    """Under a group, the config rank 0 chose for a frozen miss (each rank's memory and disk may
+    hold other picks), found among ``known`` by its description; ``config`` alone, or where rank
+    0's is unknown here."""
+    if group is None:
+        return config
+    chosen = distributed.from_first(group, describe.describe(config), f"sharing the frozen pick of {name}")
+    return next((c for c in known if describe.describe(c) == chosen), config)
 
 
 def _substitute(name, key, tuned, first, autotuner, device, where, setting, advice) -> Any:

@@ -96,9 +96,7 @@ def frozen_pick(instance: Any, state: KernelState, key: Any, pool: list, device:
     chosen = frozen.on_miss(state.name, key, tuned, pool[0], instance, device, ahead=(
         "its tuner keeps its own picks, which this plugin does not store: launch it once in this process "
         f"without {frozen.FROZEN_ENV}"))
-    if group is not None:  # each rank's memory may hold other picks: rank 0's stands
-        text = distributed.from_first(group, describe.describe(chosen), f"sharing the frozen pick of {state.name}")
-        chosen = names.get(text, chosen)
+    chosen = frozen.shared_pick(group, chosen, pool, state.name)
     state.substituted.add(key)
     instance.__dict__["_tdp_frozen"] = (key, chosen)
     return chosen

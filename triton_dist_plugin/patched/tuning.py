@@ -100,7 +100,7 @@ class KernelJob(job.Job):
         tuned = {**({near[0]: near[1]} if near is not None else {}),
                  **{k: c for k, c in instance.cache.items() if k not in state.substituted}}
         config = frozen.on_miss(state.name, key, tuned, configs[0], instance, self.request.device)
-        instance.cache[key] = _from_first(self.group, config, [*configs, *tuned.values()], state.name)
+        instance.cache[key] = frozen.shared_pick(self.group, config, [*configs, *tuned.values()], state.name)
         state.substituted.add(key)
         return instance.cache[key]
 
@@ -220,15 +220,6 @@ class KernelJob(job.Job):
             return {**skipped, **unsafe, **wrong}
 
         return prepare, gate
-
-
-def _from_first(group: Any, config: Any, known: list, name: str) -> Any:
-    """Under a group, the config rank 0 chose (each rank's disk may hold other picks), found among
-    ``known`` by its description; ``config`` alone, or where rank 0's is unknown here."""
-    if group is None:
-        return config
-    chosen = distributed.from_first(group, describe.describe(config), f"sharing the frozen pick of {name}")
-    return next((c for c in known if describe.describe(c) == chosen), config)
 
 
 def _persist(store: persist.KernelStore, state: KernelState, key: tuple, outcome: engine.Outcome,
