@@ -3,7 +3,7 @@
 Runs a real gloo group on 127.0.0.1 and prints one JSON line with what this rank saw. Every
 scenario's collectives time out (TRITON_DIST_AUTOTUNE_TIMEOUT), so a divergence is an error.
 ``helpers.run_ranks`` forks most ranks from ``python tests/dist_worker.py --serve ...`` instead, which
-has run this module-level code once (``rank_server`` says how); ``main`` is the same either way.
+has run this module-level code once (``fork_server`` says how); ``main`` is the same either way.
 """
 
 import json
@@ -119,7 +119,9 @@ def scenario_silent_rank(rank, world, group):
 
 
 def scenario_dead_rank(rank, world, group):
-    """Rank 1 leaves at once (its connections close) while rank 0 starts tuning with it."""
+    """Rank 1 leaves at once (its connections close) while rank 0 starts tuning with it. Once the
+    group is made on every rank: leaving while a peer still connects to it fails that peer there."""
+    dist.barrier(group)
     if rank == 1:
         return {"error": None}
     return scenario_silent_rank(rank, world, group)
@@ -728,7 +730,7 @@ def scenario_frozen_group(rank, world, group):
 
 
 def scenario_environment(rank, world, group):
-    """What a rank gets from its start: ``rank_server`` must give a forked one what a fresh one has."""
+    """What a rank gets from its start: ``fork_server`` must give a forked one what a fresh one has."""
     import multiprocessing.process
     import random
     import site
@@ -761,8 +763,8 @@ def main():
 
 if __name__ == "__main__":
     if sys.argv[1] == "--serve":
-        import rank_server
+        import fork_server
 
-        rank_server.serve(main)
+        fork_server.serve(main)
     else:
         main()

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import fork_server
 import pytest
-import rank_server
 import torch
 
 from triton_dist_plugin import hookimpl
@@ -18,14 +18,29 @@ ROOT = Path(__file__).resolve().parents[1]
 DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
 
 
+def python(*args, env: dict | None = None, cwd=ROOT, timeout: float = 240) -> subprocess.CompletedProcess:
+    """``python ARGS`` (``-c CODE``, ``-m MODULE`` or ``SCRIPT``, then its arguments; any other option
+    starts afresh) in ``cwd`` with ``env`` (default: this process's), waited for: a new process, forked
+    from ``fork_server`` after torch's import where it can be (what it runs imports Triton and the
+    plugin itself, as a fresh interpreter would), as ``subprocess.run(..., capture_output=True,
+    text=True)`` gives it."""
+    return fork_server.run([str(a) for a in args], dict(os.environ if env is None else env), cwd, timeout)
+
+
+def start_python(*args, env: dict | None = None, cwd=ROOT):
+    """``python``, not waited for: a handle with ``communicate``, ``wait``, ``kill``, ``pid`` and
+    ``returncode``."""
+    return fork_server.start([str(a) for a in args], dict(os.environ if env is None else env), cwd)
+
+
 def run_python(code: str, env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter from the repository root (for import-time behaviour)."""
+    """Run ``code`` in a new process (``python -c``) from the repository root, with this process's
+    environment and ``env`` over it (None: unset), for import-time behaviour."""
     full_env = {**os.environ, **(env or {})}
     for name, value in list(full_env.items()):
         if value is None:
             del full_env[name]
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=full_env, capture_output=True, text=True,
-                          timeout=timeout)
+    return python("-c", code, env=full_env, timeout=timeout)
 
 
 # What a new interpreter's warning filters are (``python -W`` unset, a release build).
@@ -91,7 +106,7 @@ def free_port() -> int:
 def run_ranks(scenario, world, tmp_path, timeout_s="20", wall=120):
     """Run ``tests/dist_worker.py``'s ``scenario`` on ``world`` ranks, each with its own home in
     ``tmp_path``; every one must finish within ``wall`` seconds (a hang fails). The ranks are forked
-    from ``rank_server`` where they can be, else started afresh; their results, by rank."""
+    from ``fork_server`` where they can be, else started afresh; their results, by rank."""
     port = str(free_port())
     envs = []
     for rank in range(world):
@@ -100,7 +115,7 @@ def run_ranks(scenario, world, tmp_path, timeout_s="20", wall=120):
         env = {**os.environ, "HOME": str(home), "TRITON_INTERPRET": "1", "TRITON_DIST_AUTOTUNE_TIMEOUT": timeout_s}
         env.pop("TRITON_DIST_AUTOTUNE_DIR", None)
         envs.append(env)
-    procs = rank_server.start_ranks(scenario, world, port, envs, tmp_path)
+    procs = fork_server.start_ranks(scenario, world, port, envs, tmp_path)
     results = []
     for p in procs:
         try:

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import pytest
 import torch
 import triton
-from helpers import DEVICE, ROOT, Recorder, install_example, run_python
+from helpers import DEVICE, ROOT, Recorder, install_example, python, run_python
 
 import triton_dist_plugin as tdp
 from kernels import KERNELS
@@ -385,8 +385,7 @@ FALLBACK = """
 
 
 def run_source_child(code: str, env: dict) -> dict:
-    result = subprocess.run([sys.executable, "-c", CHILD + textwrap.dedent(code), str(PLUGIN_DIR)], cwd=ROOT,
-                            env={**env, **SOURCE_ENV}, capture_output=True, text=True, timeout=TIMEOUT)
+    result = python("-c", CHILD + textwrap.dedent(code), PLUGIN_DIR, env={**env, **SOURCE_ENV}, timeout=TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 

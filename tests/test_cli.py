@@ -3,13 +3,12 @@
 import csv
 import io
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import DEVICE, ROOT, run_cli
+from helpers import DEVICE, python, run_cli
 
 from triton_dist_plugin.tune import autotune
 
@@ -314,7 +313,7 @@ def test_a_cache_directory_that_is_a_dangling_link_is_said_at_the_command_line(t
     (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
     env = {**__import__("os").environ, "HOME": str(tmp_path), "TRITON_DIST_AUTOTUNE_DIR": str(tmp_path / "gone"),
            "TRITON_CACHE_DIR": str(tmp_path / "tc")}
-    result = subprocess.run([str(SCRIPT), command], capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+    result = python(SCRIPT, command, timeout=120, env=env)
     assert result.returncode == 0, result.stderr
     said = [line for line in result.stderr.splitlines() if "symbolic link" in line]
     assert len(said) == 1 and "which does not exist" in said[0], result.stderr

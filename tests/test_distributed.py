@@ -3,8 +3,8 @@
 import json
 import os
 
+import fork_server
 import pytest
-import rank_server
 import torch
 from helpers import run_ranks
 
@@ -217,7 +217,7 @@ def test_frozen_nearest_under_a_group_launches_rank_0s_pick_on_every_rank(tmp_pa
 
 
 def test_a_forked_rank_gets_what_a_fresh_process_would(tmp_path):
-    """``rank_server``: each rank its environment, directory, arguments and what was derived from them at
+    """``fork_server``: each rank its environment, directory, arguments and what was derived from them at
     import, and fresh seeds, as a fresh process would (a hash seed of its own beside its neighbour's)."""
     results = run_ranks("environment", 3, tmp_path, timeout_s="7")
     for r in results:
@@ -230,8 +230,8 @@ def test_a_forked_rank_gets_what_a_fresh_process_would(tmp_path):
     seeds = {r["seed"] for r in results}
     assert len(seeds) == len({tuple(r["torch"]) for r in results}) == 3 or seeds == {torch.Generator().initial_seed()}
     assert results[0]["hash"] != results[1]["hash"], results
-    if rank_server.USABLE:  # forked: the ranks' parents are the two servers (even ranks, odd ones)
-        assert not [s for s in rank_server.plain_starts if s.startswith("environment ")], rank_server.plain_starts
+    if fork_server.USABLE:  # forked: the ranks' parents are the two servers (even ranks, odd ones)
+        assert not [s for s in fork_server.plain_starts if s.startswith("environment ")], fork_server.plain_starts
         assert results[0]["parent"] == results[2]["parent"] != results[1]["parent"] != os.getpid(), results
     else:  # started afresh
         assert {r["parent"] for r in results} == {os.getpid()}, results

@@ -9,13 +9,11 @@ import importlib
 import importlib.metadata
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import install_example
+from helpers import install_example, python
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = ROOT / "hooks" / "tdp-smem-budget"
@@ -34,8 +32,7 @@ def run_python(code: str, **env: str) -> dict:
     """Run ``code`` in a fresh interpreter from the repository root; it prints one JSON line last."""
     full_env = {k: v for k, v in os.environ.items() if k not in ("TRITON_DIST_PLUGIN_DISABLE", "TDP_SMEM_BUDGET_KB")}
     full_env.update({"TRITON_INTERPRET": "1", **env})
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=full_env,
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    proc = python("-c", textwrap.dedent(code), env=full_env, timeout=TIMEOUT)
     assert proc.returncode == 0, f"subprocess failed:\n{proc.stdout}\n{proc.stderr}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

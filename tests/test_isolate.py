@@ -17,7 +17,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import DEVICE
+from helpers import DEVICE, python
 
 from triton_dist_plugin.isolation import isolate
 
@@ -190,7 +190,7 @@ def test_with_every_kernel_isolated_the_worker_starts_at_activation(tmp_path):
     seen = []
     for value, code in (("1", ["-c", probe]), ("", ["-c", probe]), ("1", [str(tmp_path / "child.py")])):
         env = {**os.environ, isolate.ENV: value}
-        proc = subprocess.run([sys.executable, *code], capture_output=True, text=True, env=env, timeout=300)
+        proc = python(*code, env=env, cwd=os.getcwd(), timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
         seen.append(proc.stdout.split()[-1])
     assert seen == ["True", "False", "False"]
@@ -280,8 +280,7 @@ kernel[lambda m: (triton.cdiv(300, m["BLOCK"]),)](x, out, 300)
 assert torch.equal(out, x)
 print([n for n in records[0].notes if "isolat" in n])
 """)
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=_script_env(tmp_path),
-                          cwd=tmp_path, timeout=300)
+    proc = python(script, env=_script_env(tmp_path), cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "ran 2 candidates in the isolation worker" in proc.stdout, proc.stdout
     assert runs.read_text() == "ran\n"
@@ -319,8 +318,7 @@ if __name__ == "__main__":
     print(json.dumps({"pick": record.best_config.kwargs, "failures": failures,
                       "notes": [n for n in record.notes if "isolat" in n]}))
 """)
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=_script_env(tmp_path),
-                          cwd=tmp_path, timeout=300)
+    proc = python(script, env=_script_env(tmp_path), cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["pick"]["FAULT"] == 0
@@ -356,7 +354,7 @@ def kern(x, out, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
              "assert built.params[2].do_not_specialize and not built.params[0].do_not_specialize\n"
              "print('same')\n")
     env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=env, timeout=300)
+    proc = python("-c", check, env=env, cwd=os.getcwd(), timeout=300)
     assert proc.returncode == 0 and proc.stdout.split()[-1] == "same", proc.stderr[-2000:]
 
 

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, run_cli, run_python
+from helpers import python, run_cli, run_python
 
 SCRIPT = Path(sys.executable).parent / "triton-dist-tune"
 
@@ -130,8 +130,7 @@ def test_every_skip_says_what_would_make_the_entry_apply(tmp_path, exported, kin
     manifest = _exported_with(exported, change)
     there = tmp_path / "there"
     base = {**os.environ, "TRITON_INTERPRET": "1", "TRITON_DIST_AUTOTUNE_DIR": str(there), **env}
-    result = subprocess.run([str(SCRIPT), "import", str(manifest)], cwd=ROOT, env=base, capture_output=True,
-                            text=True, timeout=120)
+    result = python(SCRIPT, "import", manifest, env=base, timeout=120)
     assert result.returncode == 0 and "imported 0 entries" in result.stdout, result.stderr
     (line,) = [line for line in result.stderr.splitlines() if "add_kernel" in line]
     assert advice in line, line

@@ -10,12 +10,13 @@ built-in model itself is checked on the matmul spaces' times measured on an H200
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
 import torch
 import triton
-from helpers import DEVICE
+from helpers import DEVICE, python
 from search_space import BEST, SPACE, bowl, copy
 
 from kernels import KERNELS
@@ -66,15 +67,13 @@ def test_a_right_model_compiles_a_few_and_keeps_the_best(plugins, timed, recorde
 
 
 def test_the_report_shows_the_models_recall_from_the_stored_entry(plugins, timed, recorder, tmp_path):
-    import subprocess
     import sys
 
     plugins(Ranking(bowl))
     tuned(recorder)
     page = tmp_path / "report.html"
     script = Path(sys.executable).with_name("triton-dist-tune")  # the installed console script
-    done = subprocess.run([str(script), "report", "-o", str(page)],
-                          capture_output=True, text=True, timeout=120)
+    done = python(script, "report", "-o", page, cwd=os.getcwd(), timeout=120)
     assert done.returncode == 0, done.stderr
     text = page.read_text()
     assert f"<b>Cost model:</b> kept {DEFAULT.keep_min} of 120 candidates" in text

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 import torch
 import triton
-from helpers import DEVICE, ROOT, Recorder, run_python
+from helpers import DEVICE, Recorder, run_python, start_python
 
 from kernels import KERNELS
 from triton_dist_plugin.store import cache, describe, persist
@@ -108,12 +108,9 @@ def test_upstreams_own_disk_cache_keeps_its_meaning(monkeypatch):
 def test_processes_sharing_one_cache_directory_leave_one_valid_entry(tmp_path):
     """As on a shared filesystem: four processes tune the same key into one directory at once."""
     import os
-    import subprocess
-    import sys
 
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    procs = [start_python("-c", CHILD, env=env) for _ in range(4)]
     for proc in procs:
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-2000:]

@@ -9,6 +9,7 @@ import os
 import time
 
 import pytest
+from helpers import python
 
 from triton_dist_plugin.compiling import forked_compile, precompile
 
@@ -183,14 +184,11 @@ def test_activation_starts_what_the_first_compile_needs_in_threads(env, tmp_path
     """Triton's source hash and its CUDA helper build start at activation (else at decoration),
     off the first tuning's path (the helper fails at once on this machine, which has no CUDA: unseen); not where
     nothing compiles."""
-    import subprocess
-    import sys
 
     base = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_DIST_AUTOTUNE_FROZEN")}
     script = tmp_path / "prestart.py"  # Triton reads a kernel's source from its file
     script.write_text(PRESTART)
-    out = subprocess.run([sys.executable, str(script)], env={**base, **env}, capture_output=True, text=True,
-                         timeout=120)
+    out = python(script, env={**base, **env}, cwd=os.getcwd(), timeout=120)
     assert out.returncode == 0, out.stderr
     if env:
         assert out.stdout.split() == ["True", "[]", "0"]

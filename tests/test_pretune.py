@@ -3,7 +3,6 @@ times nothing for the pretuned keys. Real kernels under the interpreter, real pr
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import triton
-from helpers import DEVICE, ROOT, run_python
+from helpers import DEVICE, ROOT, python, run_python
 
 from kernels import KERNELS
 from triton_dist_plugin.cli.pretune import cases, pretune
@@ -22,8 +21,7 @@ ENV = {"TRITON_INTERPRET": "1", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"}
 
 
 def cli(*args):
-    return subprocess.run([str(SCRIPT), *args], cwd=ROOT, env={**os.environ, **ENV}, capture_output=True, text=True,
-                          timeout=300)
+    return python(SCRIPT, *args, env={**os.environ, **ENV}, timeout=300)
 
 
 def test_cases_are_every_combination():
@@ -101,8 +99,7 @@ def test_the_command_imports_a_module_from_the_current_directory_as_python_m_doe
     (tmp_path / "cases.json").write_text('[{"n": 300}]')
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(TRITON_INTERPRET="1", HOME=str(tmp_path), TRITON_DIST_AUTOTUNE_DIR=str(tmp_path / "tdp"))
-    result = subprocess.run([str(SCRIPT), "pretune", "my_ops:step", "--cases", "cases.json"], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = python(SCRIPT, "pretune", "my_ops:step", "--cases", "cases.json", cwd=tmp_path, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
     assert lines[0].startswith("1 kernel key over the cases in ")
@@ -111,8 +108,7 @@ def test_the_command_imports_a_module_from_the_current_directory_as_python_m_doe
     assert lines[3].startswith("twice_kernel  (300,") and " tuned " in lines[3]
 
     (tmp_path / "bad.json").write_text('[{"n": -1}]')
-    failed = subprocess.run([str(SCRIPT), "pretune", "my_ops:step", "--cases", "bad.json"], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=300)
+    failed = python(SCRIPT, "pretune", "my_ops:step", "--cases", "bad.json", cwd=tmp_path, env=env, timeout=300)
     assert failed.returncode == 1 and "Traceback" not in failed.stderr
     (line,) = failed.stderr.strip().splitlines()
     assert line.startswith("triton-dist-tune pretune: case 0 {'n': -1} failed in step: RuntimeError: ")

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import termios
 
-from helpers import ROOT
+from helpers import ROOT, python
 
 CODE = """
 import torch, triton, triton.language as tl
@@ -50,8 +50,7 @@ print("done")
 def run(tty: bool, tmp_path) -> str:
     env = {**os.environ, "TRITON_INTERPRET": "1", "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
     if not tty:
-        result = subprocess.run([sys.executable, "-c", CODE], env=env, cwd=tmp_path, capture_output=True, text=True,
-                                timeout=120)
+        result = python("-c", CODE, env=env, cwd=tmp_path, timeout=120)
         assert result.returncode == 0, result.stderr
         return result.stderr
     leader, follower = pty.openpty()  # a terminal for both streams, as a person running it has

@@ -3,10 +3,8 @@ under ``TRITON_INTERPRET=1``, as the README says; ``@triton.jit`` needs the sour
 
 import os
 import re
-import subprocess
-import sys
 
-from helpers import ROOT
+from helpers import ROOT, python
 
 
 def test_the_readme_snippets_run_in_order(tmp_path):
@@ -15,8 +13,7 @@ def test_the_readme_snippets_run_in_order(tmp_path):
     assert len(blocks) >= 5
     script = tmp_path / "readme_snippets.py"
     script.write_text("\n".join(blocks) + "\nprint('readme ok')\n")
-    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env={**os.environ, "TRITON_INTERPRET": "1"},
-                            capture_output=True, text=True, timeout=600)
+    result = python(script, cwd=tmp_path, env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("readme ok")
     assert "add_kernel (1000," in result.stdout  # the plugin's log line for the new key

@@ -5,7 +5,6 @@ out, measured from inside the browser."""
 import datetime as dt
 import html
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -16,7 +15,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import DEVICE, ROOT
+from helpers import DEVICE, python
 
 from kernels import KERNELS
 from triton_dist_plugin.store import persist
@@ -72,8 +71,7 @@ def chromium(tmp_path, *args) -> subprocess.CompletedProcess:
 
 
 def cli(*args) -> subprocess.CompletedProcess:
-    done = subprocess.run([str(SCRIPT), *args], env=os.environ.copy(), cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    done = python(SCRIPT, *args, timeout=120)
     assert done.returncode == 0, done.stderr
     return done
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import python
 
 from triton_dist_plugin import frozen
 from triton_dist_plugin.cli import commands as cli
@@ -403,8 +404,9 @@ def test_a_file_size_limit_leaves_no_torn_line(root):
     frozen.record_miss("k", (1,), "first")
     misses = root / frozen.MISSES
     before = misses.read_bytes()
-    out = subprocess.run([sys.executable, "-c", SIZE_LIMITED_WRITER, str(misses)], check=True,
-                         capture_output=True, text=True).stdout
+    done = python("-c", SIZE_LIMITED_WRITER, misses, cwd=os.getcwd())
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
     assert out.strip() == "1"  # warned
     assert misses.read_bytes() == before
     frozen.record_miss("k", (3,), "third")

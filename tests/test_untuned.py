@@ -6,10 +6,12 @@ inside ``torch.cuda.graph(...)``. Everything else (the kernel, tuning, the fallb
 ``benchmarks/bench_faults_gpu.py`` runs the real capture on a GPU.
 """
 
+import os
+
 import pytest
 import torch
 import triton
-from helpers import DEVICE
+from helpers import DEVICE, python
 
 from kernels import KERNELS
 from triton_dist_plugin import frozen
@@ -162,7 +164,6 @@ def test_frozen_nearest_launches_the_nearest_persisted_pick_and_records_the_miss
 
 
 def test_frozen_function_level_tuner_and_the_misses_command(monkeypatch):
-    import subprocess
     import sys
     from pathlib import Path
 
@@ -179,7 +180,7 @@ def test_frozen_function_level_tuner_and_the_misses_command(monkeypatch):
     with pytest.raises(frozen.FrozenMiss):
         scaled(torch.ones(5))
     script = Path(sys.executable).parent / "triton-dist-tune"
-    shown = subprocess.run([str(script), "misses"], capture_output=True, text=True, timeout=120)
+    shown = python(script, "misses", cwd=os.getcwd(), timeout=120)
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     assert lines[0].split()[:3] == ["kernel", "key", "misses"]
