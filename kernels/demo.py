@@ -21,6 +21,7 @@ import triton
 
 import triton_dist_plugin as tdp
 from kernels import KERNELS  # chooses the CPU interpreter when there is no GPU
+from triton_dist_plugin.reporting import pick_reason
 
 
 class Collector:
@@ -83,8 +84,9 @@ def main(argv=None) -> int:
         ok = torch.allclose(out.float(), ref.float(), rtol=tol, atol=tol)
         record = collector.records[-1]
         verdict = "ok" if ok else "WRONG"
+        timer = f"timed by {record.timer}" if record.timer else f"{record.method} timing"
         how = ("the pick stored on disk by an earlier run; timings from that run" if record.cache_hit else
-               f"{record.method} timing, {record.bench_time:.2f}s")
+               f"{timer}, {record.bench_time:.2f}s")
         print(f"{name}  key={record.key}  ({how}, output {verdict})")
         # A screened-out candidate's short round is not comparable with a full measurement: each
         # group is listed on its own (no record of which were measured: none was screened).
@@ -99,6 +101,11 @@ def main(argv=None) -> int:
                 shown = f"{timing[0]:10.4f} ms" if math.isfinite(timing[0]) else \
                     f"failed: {record.failures.get(config)}"
                 print(f"   {_short(config):<52} {shown} {pick}")
+            why = pick_reason.line(record.timings[record.best_config][0],
+                                   [t[0] for c, t in rows if c is not record.best_config], record.decision) \
+                if group else None
+            if why:  # a faster time shown beside the pick: why it is still the pick, where the times are
+                print(f"   {why}")
         print()
         report.append({
             "kernel": name, "key": [str(k) for k in record.key], "method": record.method, "device": record.device,

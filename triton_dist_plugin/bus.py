@@ -98,16 +98,22 @@ def first_result(hook_name: str, check: Callable[[Any], Any], **kwargs: Any) -> 
 
     ``check`` raises ``TypeError`` on a bad result; the error is re-raised naming the plugin.
     """
+    return first_answer(hook_name, check, **kwargs)[0]
+
+
+def first_answer(hook_name: str, check: Callable[[Any], Any], **kwargs: Any) -> tuple[Any, Optional[str]]:
+    """``first_result`` and the name of the plugin that gave it (None where none did): what
+    timed a candidate is said where its times are shown."""
     for impl in _impls(hook_name):
         result = _call(impl, kwargs)
         if result is not None:
             try:
-                return check(result)
+                return check(result), impl.plugin_name
             except TypeError as exc:
                 raise PluginError(
                     f"plugin {impl.plugin_name!r} returned a bad result from {hook_name}: {exc}"
                 ) from None
-    return None
+    return None, None
 
 
 def cache_get(entry: Any) -> Optional[tuple[str, dict]]:

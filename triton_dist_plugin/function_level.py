@@ -178,7 +178,8 @@ class FunctionJob(job.Job):
         # Equal entries of config_space share a description: the pick's own row speaks for it.
         timings = {c["config"]: _stored_ms(c["timing"]) for c in items if c["index"] != record["pick"]}
         timings.update({c["config"]: _stored_ms(c["timing"]) for c in items if c["index"] == record["pick"]})
-        return job.Found(record["pick"], timings, where, [c["config"] for c in items if c["measured"]])
+        return job.Found(record["pick"], timings, where, [c["config"] for c in items if c["measured"]],
+                         record.get("decision"), record.get("timer"))
 
     def hit(self, index: int, found: Optional[job.Found]) -> dict:
         self.logger.info("%s: key %r found in the cache: %s", self.name, self.key, self.reprs[index])
@@ -246,6 +247,8 @@ class FunctionJob(job.Job):
                 "candidates": [records.row(i, reprs[i], t if all(map(_finite, t)) else [None] * len(t),
                                            outcome.failures.get(i), i in outcome.measured)
                                for i, t in outcome.timings.items()],
+                **({"decision": dict(outcome.decision)} if outcome.decision else {}),
+                **({"timer": timer} if (timer := engine.timer_of(self.request.found.timers)) else {}),
             })
         except OSError as exc:  # a full disk, an unwritable directory or a store that is down
             cache.warn_unwritable(self.name, self.store.dir, self.key, exc)
@@ -259,11 +262,13 @@ class FunctionJob(job.Job):
         reprs = self.reprs
         if outcome is None:  # a hit: the stored entry's timings (another rank's hit: none here)
             engine.record(self.request, None, describe.describe(best), found.timings if found else {},
-                          method=self.method, cache_hit=True, measured=found.measured if found else None)
+                          method=self.method, cache_hit=True, measured=found.measured if found else None,
+                          decision=found.decision if found else None, timer=found.timer if found else None)
             return
         named = engine.Outcome(best=reprs[outcome.best], timings={reprs[i]: t for i, t in outcome.timings.items()},
                                failures={reprs[i]: r for i, r in outcome.failures.items()},
-                               bench_time=outcome.bench_time, measured=[reprs[i] for i in outcome.measured])
+                               bench_time=outcome.bench_time, measured=[reprs[i] for i in outcome.measured],
+                               decision=outcome.decision)
         engine.record(self.request, named, named.best, named.timings, method=self.method, cache_hit=False)
 
 

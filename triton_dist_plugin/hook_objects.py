@@ -33,12 +33,15 @@ class TuningFindings:
     ranking: Optional[list] = None
     problem: Any = None
     model: Optional[dict] = None
+    #: the plugins other than the built-in timer whose ``tdp_time_candidate`` timed a candidate
+    timers: set = field(default_factory=set)
 
 
 _UNSET: Any = object()  # a finding not given to the constructor (None is a value: "no ranking")
 
-#: The findings a request once held itself: still read there, and (deprecated) assigned there.
-FINDINGS = tuple(f.name for f in fields(TuningFindings))
+#: The findings a request once held itself: still read there, and (deprecated) assigned there
+#: (those added since, such as ``timers``, live in ``found`` alone).
+FINDINGS = tuple(f.name for f in fields(TuningFindings) if f.name != "timers")
 
 
 def _read_through(name: str) -> property:
@@ -169,6 +172,9 @@ class TuningRecord:
     #: (the share of those rounds the pick won) and ``tie`` (too close to tell: the first of the tied
     #: in the given order was picked), or None when fewer than two finalists ran
     decision: Optional[dict] = None
+    #: what timed the candidates where it was not the built-in timer of ``method``: the plugins
+    #: whose ``tdp_time_candidate`` answered (``"plugin 'name'"``), or the kernel's own do_bench
+    timer: Optional[str] = None
 
 
 @dataclass(frozen=True)

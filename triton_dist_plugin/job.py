@@ -39,6 +39,8 @@ class Found:
     timings: dict = field(default_factory=dict)
     where: str = ""
     measured: list = field(default_factory=list)
+    decision: Optional[dict] = None  # how the stored pick was decided, and what timed it (for the views)
+    timer: Optional[str] = None
 
 
 class Job:

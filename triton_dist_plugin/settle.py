@@ -42,26 +42,27 @@ def settle(valid: dict, order: list, measure: Callable[[list], dict], policy: Po
     best = valid[fastest][0]
     spreads = [spread(t) for t in valid.values()]
     # A timer that answers one number says nothing of its noise: assume some.
-    noise = min(policy.noise_cap, max(spreads)) if any(spreads) else policy.unknown_noise
+    known = any(spreads)
+    noise = min(policy.noise_cap, max(spreads)) if known else policy.unknown_noise
     close = [c for c in order if c in valid and valid[c][0] <= best * (1 + max(policy.tie, noise))]
     if len(close) < 2:
         others = [t[0] for c, t in valid.items() if c is not fastest]
         margin = min(others) / best - 1 if others else math.inf
-        return fastest, _decision(margin, noise, 0, 1.0, False)
+        return fastest, _decision(margin, noise, 0, 1.0, False, known)
     rounds: list = []
     for i in range(policy.settle_rounds):
         timed = measure(close[i % len(close):] + close[: i % len(close)])  # each starts a round in turn
         rounds.append({id(c): timed[c][0] for c in close})
         verdict = _verdict(close, rounds, policy)
         if verdict is None:  # they stopped working (another rank failed them, say): the full measurement stands
-            return fastest, _decision(math.inf, noise, len(rounds), 0.0, False)
+            return fastest, _decision(math.inf, noise, len(rounds), 0.0, False, known)
         if len(rounds) >= policy.settle_rounds_least and _decided(close, rounds, *verdict[:3]):
             break
     pick, medians, band, tied = verdict
     rivals = [medians[id(c)] for c in close if c is not pick and id(c) in medians]
     margin = min(rivals) / medians[id(pick)] - 1 if rivals else math.inf
     won = _won(pick, close, medians, band, rounds)
-    return pick, _decision(margin, noise, len(rounds), won / len(rounds), len(tied) > 1)
+    return pick, _decision(margin, noise, len(rounds), won / len(rounds), len(tied) > 1, known)
 
 
 def _verdict(close: list, rounds: list, policy: Policy):
@@ -104,21 +105,7 @@ def _relative_error(times: list) -> float:
     return statistics.stdev(finite) / statistics.median(finite) / math.sqrt(len(finite))
 
 
-def _decision(margin: float, noise: float, rounds: int, confidence: float, tie: bool) -> dict:
+def _decision(margin: float, noise: float, rounds: int, confidence: float, tie: bool, noise_known: bool) -> dict:
+    """What is stored with the pick (``reporting.pick_reason`` words it for every view)."""
     return {"margin": round(margin, 4) if math.isfinite(margin) else None, "noise": round(noise, 4),
-            "rounds": rounds, "confidence": round(confidence, 3), "tie": tie}
-
-
-def sentence(decision: dict) -> str:
-    """The decision in a sentence, for the tuning's notes and the report."""
-    margin = decision.get("margin")
-    margin = "no runner-up" if margin is None else f"{margin:+.1%} for the runner-up"
-    noise = f"noise {decision.get('noise', 0.0):.1%}"
-    rounds = decision.get("rounds", 0)
-    if not rounds:
-        return f"pick clear of the rest ({margin}; {noise})"
-    if decision.get("tie"):
-        return (f"finalists too close to call after {rounds} interleaved rounds: a tie, given to the first of "
-                f"them in the given order ({margin}; {noise})")
-    return (f"pick separated in {rounds} interleaved rounds, ahead in {decision.get('confidence', 0.0):.0%} of "
-            f"them ({margin}; {noise})")
+            "noise_known": noise_known, "rounds": rounds, "confidence": round(confidence, 3), "tie": tie}

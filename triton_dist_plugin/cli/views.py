@@ -15,6 +15,7 @@ from typing import Iterable, Iterator, Optional
 
 from .. import frozen
 from ..failures import round_of
+from ..reporting import pick_reason
 from ..store import cache
 from .entries import Entry, looked_in, matches
 
@@ -104,10 +105,15 @@ def cmd_show(entries: list[Entry]) -> str:
                 for c in order]
         source = _source(e)
         twins = sources[(e.kind, e.name, e.key)] - {None}
+        timer = e.record.get("timer")
+        why = pick_reason.line(_pick_ms(e), [c["ms"] for c in e.candidates if _round(c) == "full"
+                                             and c["config"] != e.pick], e.record.get("decision"))
         parts.append(f"{e.kind} {e.name}  key={e.key}\n  file: {e.path}\n"
                      + (f"  source: {source} (entries of this name and key were tuned from {len(twins)} different "
                         "sources)\n" if source and len(twins) > 1 else "")
-                     + _table(rows, ["candidate", "ms", "round", "failure", "pick"]))
+                     + (f"  timed by: {timer}\n" if isinstance(timer, str) else "")
+                     + _table(rows, ["candidate", "ms", "round", "failure", "pick"])
+                     + (f"\n  {why}" if why else ""))
     if any(_round(c) == "screening" for e in entries for c in e.candidates):
         parts.append("round: full = the p50 of a full measurement; screening = the p50 of the short round that "
                      "dropped the candidate, not comparable with a full measurement")

@@ -18,9 +18,10 @@ from ..compiling.stream import SKIPPED, Stream
 from ..failures import NOT_SEARCHED, NoValidConfig, let_through, reason_of
 from ..hook_objects import INF3, TuningRequest
 from ..policy import current as current_policy
+from ..reporting import pick_reason
 from ..search import model
 from ..search.space import Space
-from .outcome import Outcome
+from .outcome import Outcome, timer_of
 from .rounds import finalists_of, per_round, round_, rounds, scores_of, time_candidate
 from .screen import Screen
 
@@ -173,8 +174,8 @@ class _Run:
                                     policy.second_repeat, count, self.group, self.on_candidate)
             self.timings.update(second)
             self.failures.update(failed)
-            runs = f"{policy.second_repeat} runs" if count == 1 else \
-                f"{per_round(policy.second_repeat, count) * count} runs ({count} interleaved rounds)"
+            said = [f"{count} interleaved rounds"] if count > 1 else []
+            runs = f"{per_round(policy.second_repeat, count) * count} runs" + _said(said, request)
             note += f", then the best {len(finalists)} for {runs} in {time.perf_counter() - started:.2f}s"
             finalists = screen.narrow(second) or finalists
         request.found.notes.append(f"{note}; measuring the best {len(finalists)} fully")
@@ -190,9 +191,10 @@ class _Run:
         final, failed = rounds(self.request, finalists, self.calls, self.method, self.do_bench, *full, count,
                                self.group, self.on_candidate)
         if finalists is not self.configs:
-            runs = "" if full == (n_warmup, n_repeat) or self.method == "cudagraph" else \
-                f" ({full[1]} runs each)" if count == 1 else \
-                f" ({per_round(full[1], count) * count} runs each, in {count} interleaved rounds)"
+            said = [] if full == (n_warmup, n_repeat) or self.method == "cudagraph" else \
+                [f"{full[1]} runs each"] if count == 1 else \
+                [f"{per_round(full[1], count) * count} runs each", f"in {count} interleaved rounds"]
+            runs = _said(said, self.request)
             self.request.found.notes.append(f"measured {len(finalists)} finalists{runs} in "
                                             f"{time.perf_counter() - started:.2f}s")
         self.timings.update(final)
@@ -222,7 +224,7 @@ class _Run:
             return round_(self.request, subset, self.calls, self.method, None, *counts, self.group, None)[0]
 
         best, decision = settle.settle(valid, self.configs, measure, self.policy)
-        self.request.found.notes.append(settle.sentence(decision))
+        self.request.found.notes.append(pick_reason.sentence(decision))
         return best, decision
 
     def no_valid(self, upstream_errors: bool) -> BaseException:
@@ -238,6 +240,14 @@ class _Run:
         # Raised from here, not from deep in the timing loop: the traceback keeps the caller's
         # frames and the cause (the kernel's own line), not the plugin's timing machinery.
         return original.with_traceback(None)
+
+
+def _said(parts: list, request: TuningRequest) -> str:
+    """A note's parenthesis: ``parts``, and, where a plugin's timer timed, that the runs were asked
+    of it (it may time its own way)."""
+    timer = timer_of(request.found.timers)
+    parts = parts + ([f"asked of {timer}"] if timer else [])
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 class _Steps:

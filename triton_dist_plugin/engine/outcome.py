@@ -22,17 +22,28 @@ class Outcome:
     decision: Optional[dict] = None
 
 
+OWN_DO_BENCH = "<the kernel's own do_bench>"  # in ``found.timers``: what timed, where no plugin did
+
+
+def timer_of(timers: Any) -> Optional[str]:
+    """What timed a tuning's candidates, in words, where it was not the built-in timer; else None."""
+    names = sorted(str(t) for t in timers or ())
+    return ", ".join("the kernel's own do_bench" if n == OWN_DO_BENCH else f"plugin {n!r}" for n in names) or None
+
+
 def record(request: TuningRequest, outcome: Optional[Outcome], best: Any, timings: dict, *, method: str,
-           cache_hit: bool, measured: Optional[list] = None) -> TuningRecord:
+           cache_hit: bool, measured: Optional[list] = None, decision: Optional[dict] = None,
+           timer: Optional[str] = None) -> TuningRecord:
     """Build the record of a finished tuning and hand it to every ``tdp_on_tuned`` observer; what
-    the tuning found out (its notes, the model's verdict) comes from ``request.found``.
-    ``measured``: without an outcome (a cache hit), the candidates the stored entry measured fully."""
+    the tuning found out (its notes, the model's verdict, what timed) comes from ``request.found``.
+    Without an outcome (a cache hit), ``measured``, ``decision`` and ``timer`` are the stored entry's."""
     rec = TuningRecord(
         kernel_name=request.kernel_name, key=request.key, best_config=best, timings=dict(timings or {}),
         failures=dict(outcome.failures) if outcome else {}, bench_time=outcome.bench_time if outcome else None,
         cache_hit=cache_hit, method=method, device=request.device, autotuner=request.autotuner,
         notes=list(request.found.notes), measured=list(outcome.measured) if outcome else list(measured or []),
-        model=request.found.model, decision=outcome.decision if outcome else None,
+        model=request.found.model, decision=outcome.decision if outcome else decision,
+        timer=timer_of(request.found.timers) if outcome else timer,
     )
     bus.notify(rec)
     return rec

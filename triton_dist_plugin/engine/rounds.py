@@ -12,6 +12,9 @@ from .. import bus
 from ..failures import Timing, reason_of
 from ..hook_objects import INF3, CandidateRequest
 from ..search import model
+from .outcome import OWN_DO_BENCH
+
+BUILT_IN_TIMERS = frozenset({"tdp.timing", "tdp.leader"})  # bus: the built-in timer, and the leader's skip
 
 
 def time_one(cand: CandidateRequest, do_bench: Optional[Callable] = None) -> tuple[list[float], Optional[str]]:
@@ -21,13 +24,17 @@ def time_one(cand: CandidateRequest, do_bench: Optional[Callable] = None) -> tup
     """
     try:
         if do_bench is not None:
+            if getattr(cand, "tuning", None) is not None:
+                cand.tuning.found.timers.add(OWN_DO_BENCH)
             returned = do_bench(cand.call, quantiles=cand.quantiles)
             timing = Timing(bus.as_timing(returned))
             timing.raw = returned
             return timing, None
-        value = bus.first_result("tdp_time_candidate", bus.as_timing, request=cand)
+        value, timer = bus.first_answer("tdp_time_candidate", bus.as_timing, request=cand)
         if value is None:
             raise RuntimeError("no tdp_time_candidate implementation timed it")
+        if timer not in BUILT_IN_TIMERS and getattr(cand, "tuning", None) is not None:
+            cand.tuning.found.timers.add(timer)  # said where the times are shown
         return value, None
     except bus.PluginError:
         raise

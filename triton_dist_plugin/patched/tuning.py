@@ -128,7 +128,9 @@ class KernelJob(job.Job):
             c: list(t) if isinstance(t, (list, tuple)) else [t] * 3 for c, t in timings.items()}
         # A hit's record tells the stored full measurements from the screening rounds, as a tuning's does.
         engine.record(self.request, outcome, best, listed, method=self.method, cache_hit=cache_hit,
-                      measured=found.measured if found is not None else None)
+                      measured=found.measured if found is not None else None,
+                      decision=found.decision if found is not None else None,
+                      timer=found.timer if found is not None else None)
         listener = _compat.autotuning_listener()
         if listener is not None:
             listener(fn=_compat.jit_function(instance.fn), key=self.key, best_config=best, configs_timings=timings,
@@ -227,7 +229,7 @@ def _persist(store: persist.KernelStore, state: KernelState, key: tuple, outcome
     try:
         store.store(key, outcome.best, outcome.timings, outcome.failures, outcome.measured, method, outcome.bench_time,
                     space=state.rankings[key][1], notes=request.found.notes, model=request.found.model,
-                    decision=outcome.decision)
+                    decision=outcome.decision, timer=engine.timer_of(request.found.timers))
     except OSError as exc:  # a full disk or an unwritable directory must not lose the tuning
         cache.warn_unwritable(store.name, store.dir, key, exc)
 

@@ -13,6 +13,7 @@ import math
 import re
 from typing import Optional
 
+from . import pick_reason
 from .html_view import View, esc, fmt_ms, number
 
 COLORS = {"pick": "#1a7f37", "full": "#2f6fdb", "screening": "#b8c4d6"}
@@ -22,7 +23,9 @@ GRID = 16  # the most values a heatmap's axis holds
 
 
 def verdict(view: View) -> tuple:
-    """``(class, short text, sentence)``: the pick's margin to the runner-up against the noise."""
+    """``(class, short text, sentence)``: the pick against the runner-up of the full measurement,
+    and, where the entry recorded it, how the decision between the finalists went
+    (``pick_reason``: the one wording of every view)."""
     pick = view.pick
     if pick is None or pick["ms"] is None:
         return "alone", "-", "The pick has no time recorded."
@@ -34,25 +37,37 @@ def verdict(view: View) -> tuple:
                 f"It is the only candidate measured fully: the {len(screened)} others were dropped by a short "
                 f"screening round, whose times are not comparable with a full measurement.")
         return "alone", "the only candidate", "It is the only candidate with a time."
-    runner = others[0]
-    margin = runner["ms"] - pick["ms"]
-    text = (f"the runner-up {runner['label']} took {fmt_ms(margin)} ({_share(margin, pick['ms'])}) longer "
+    runner, decision = others[0], pick_reason.decision_of(view.record.get("decision"))
+    slower = pick_reason.behind(pick["ms"], [runner["ms"]])
+    if slower is not None:  # the pick is not the fastest shown: the rounds after the full measurement decided
+        kind = "noise" if decision is not None and decision.get("tie") else "alone"
+        reason = pick_reason.line(pick["ms"], [runner["ms"]], decision).split(": ", 1)[1]
+        return kind, f"{pick_reason.share(slower)} here, {pick_reason.word(decision)}", (
+            f"In the full measurement {runner['label']} took {fmt_ms(runner['ms'])}, the pick "
+            f"{fmt_ms(pick['ms'])} ({pick_reason.share(slower)}). \x02Not the fastest shown\x03: {reason}.")
+    margin = runner["ms"] / pick["ms"] - 1 if pick["ms"] > 0 else math.inf
+    text = (f"In the full measurement the runner-up {runner['label']} took {pick_reason.share(margin)} "
             f"({fmt_ms(runner['ms'])} against {fmt_ms(pick['ms'])})")
+    then = f" Then the {pick_reason.sentence(decision)}." if decision is not None and decision.get("rounds") else ""
     spreads = [r["p80"] - r["p20"] for r in (pick, runner) if r["p20"] is not None]
-    if len(spreads) < 2:
-        return "noise", f"+{_share(margin, pick['ms'])}, noise not recorded", f"{text[0].upper()}{text[1:]}; no " \
-            "spread of the runs was recorded, so how much of that margin is noise is unknown."
-    noise = max(spreads)
-    ratio = f"the margin is {margin / noise:.2g}x the wider p20–p80 spread ({fmt_ms(noise)})" if noise > 0 else \
-        "neither has any spread"
-    if runner["p20"] > pick["p80"]:
-        return "clear", f"+{_share(margin, pick['ms'])}, clear of the noise", (
-            f"{text[0].upper()}{text[1:]}. \x02Clear of the noise\x03: the runner-up's p20 "
-            f"({fmt_ms(runner['p20'])}) is above the pick's p80 ({fmt_ms(pick['p80'])}); {ratio}.")
-    return "noise", f"+{_share(margin, pick['ms'])}, within the noise", (
-        f"{text[0].upper()}{text[1:]}. \x02Within the noise\x03: their p20–p80 ranges overlap "
-        f"(pick {fmt_ms(pick['p20'])}–{fmt_ms(pick['p80'])}, "
-        f"runner-up {fmt_ms(runner['p20'])}–{fmt_ms(runner['p80'])}); {ratio}. Either would do.")
+    if len(spreads) == 2:
+        noise = max(spreads)
+        ratio = f"the margin is {(runner['ms'] - pick['ms']) / noise:.2g}x the wider p20–p80 spread " \
+            f"({fmt_ms(noise)})" if noise > 0 else "neither has any spread"
+        clear = runner["p20"] > pick["p80"]
+        why = (f"the runner-up's p20 ({fmt_ms(runner['p20'])}) is above the pick's p80 ({fmt_ms(pick['p80'])})"
+               if clear else f"their p20–p80 ranges overlap (pick {fmt_ms(pick['p20'])}–{fmt_ms(pick['p80'])}, "
+               f"runner-up {fmt_ms(runner['p20'])}–{fmt_ms(runner['p80'])})")
+        why += f"; {ratio}"
+    elif decision is not None:  # one number per candidate: the decision's noise (measured or assumed) judges
+        clear = margin > decision.get("noise", 0.0)
+        why = f"{pick_reason.noise(decision)}, against a margin of {pick_reason.share(margin)}"
+    else:
+        return "noise", f"{pick_reason.share(margin)}, noise not recorded", (
+            f"{text}; no spread of the runs was recorded, so how much of that margin is noise is unknown.{then}")
+    label = "clear of the noise" if clear else "within the noise"
+    return ("clear" if clear else "noise"), f"{pick_reason.share(margin)}, {label}", (
+        f"{text}. \x02{label[0].upper()}{label[1:]}\x03: {why}." + (" Either would do." if not clear else "") + then)
 
 
 def why(view: View) -> str:
@@ -68,7 +83,7 @@ def why(view: View) -> str:
 _STEPS = {
     "compiling": re.compile(r"\bcompiled \d+ candidates in (\d+(?:\.\d+)?)s"),
     "screened": re.compile(r"\bscreened \d+ of \d+ candidates in (\d+(?:\.\d+)?)s"),
-    "second": re.compile(r"then the best \d+ for \d+ runs(?: \([^)]*\))? in (\d+(?:\.\d+)?)s"),
+    "second": re.compile(r"then the best \d+ for \d+ runs(?: \([^)]*\))? in (\d+(?:\.\d+)?)s"),  # loop.search
     "measuring": re.compile(r"\bmeasured \d+ finalists(?: \([^)]*\))? in (\d+(?:\.\d+)?)s"),
 }
 
@@ -130,7 +145,10 @@ def chart(view: View, kind: str) -> str:
         return "<p>No candidate has a time.</p>" if kind == "full" and not any(
             r["round"] == "screening" for r in view.rows) else ""
     top = _nice(max(max(r["ms"], r["p80"] or 0.0) for r in rows))
-    title = ("Measured fully" + (" (the pick is the fastest of these)" if any(r["pick"] for r in rows) else "")
+    pick = next((r for r in rows if r["pick"]), None)
+    fastest = pick is not None and pick_reason.behind(pick["ms"], [r["ms"] for r in rows if not r["pick"]]) is None
+    title = ("Measured fully" + ((" (the pick is the fastest of these)" if fastest else
+                                  " (the pick is not the fastest of these: see why above)") if pick else "")
              if kind == "full" else "Screened out: timed by screening rounds only, on an axis of their own (not "
              "comparable with the full measurements above)")
     cells = []
@@ -166,12 +184,6 @@ def _nice(value: float) -> float:
         return 1.0
     power = 10.0 ** math.floor(math.log10(value)) if 1e-300 < value < 1e300 else 0.0
     return next((m * power for m in (1, 2, 2.5, 5, 10) if m * power >= value * (1 - 1e-9)), value) if power else value
-
-
-def _share(part: float, whole: float) -> str:
-    """``part`` as a percentage of ``whole``, whatever the stored times (a pick timed at 0 ms)."""
-    share = part / whole if whole > 0 else math.inf
-    return f"{share:.0%}" if share < 1e12 else "n/a"
 
 
 def _log(ms: float) -> float:

@@ -20,7 +20,7 @@ import datetime as _dt
 import os
 from typing import Any, Optional
 
-from .. import settle
+from . import pick_reason
 from .html_charts import COLORS, chart, heatmap, timeline, verdict, why
 from .html_view import View, esc, fmt_ms
 
@@ -120,7 +120,9 @@ def _section(view: View, group: list) -> str:
     facts = []
     if view.source:
         facts.append(f"source <code class=\"source\">{esc(view.source[:16])}</code>")
-    if record.get("method"):
+    if isinstance(record.get("timer"), str):  # a plugin's timer (or the kernel's own do_bench) timed, not the method
+        facts.append(f"timed by {esc(record['timer'])}")
+    elif record.get("method"):
         facts.append(f"timing: {esc(record['method'])}")
     if hw:
         facts.append(f"on {esc(hw.get('name', '?'))} ({esc(hw.get('device', '?'))}"
@@ -166,13 +168,9 @@ def _judged(record: dict) -> str:
         else:
             parts.append(("Cost model", f"its ranking did not match the times of the {model['kept']} it kept (rank "
                                         f"correlation {rho}), so the search went on without it"))
-    decision = record.get("decision") if isinstance(record.get("decision"), dict) else {}
-    decision = {k: decision.get(k) for k in ("margin", "noise", "rounds", "confidence", "tie")}
-    numbers = all(isinstance(decision[k], (int, float)) and not isinstance(decision[k], bool)
-                  for k in ("noise", "rounds", "confidence"))
-    if numbers and isinstance(decision["tie"], bool) and \
-            (decision["margin"] is None or isinstance(decision["margin"], (int, float))):
-        parts.append(("Decision", settle.sentence(decision)))
+    decision = pick_reason.decision_of(record.get("decision"))
+    if decision is not None and not decision.get("rounds"):  # with rounds, the "why this pick?" box tells it
+        parts.append(("Decision", pick_reason.sentence(decision)))
     return "".join(f"<p class=\"origin\"><b>{label}:</b> {esc(text)}</p>" for label, text in parts)
 
 

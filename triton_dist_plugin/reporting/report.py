@@ -7,6 +7,7 @@ import sys
 
 from .. import _compat
 from ..hookspecs import hookimpl
+from . import pick_reason
 
 
 def format_record(record) -> str:
@@ -17,24 +18,32 @@ def format_record(record) -> str:
     hit's record holds the stored entry's times and which of them were full measurements, so it
     prints the same way as the tuning that wrote it.
     """
+    timer = f"timed by {record.timer}" if getattr(record, "timer", None) else f"{record.method} timing"
     lines = [
         f"Triton autotuning for function {record.kernel_name},",
         f"with key as {record.key},",
-        f"finished after {record.bench_time or 0.0:.2f}s ({record.method} timing on {record.device}"
+        f"finished after {record.bench_time or 0.0:.2f}s ({timer} on {record.device}"
         + (", from the disk cache: the times of the tuning that stored it" if record.cache_hit else "")
         + "),",
     ]
     lines += [f"   {note}" for note in getattr(record, "notes", [])]
     fully = {id(c) for c in getattr(record, "measured", [])}
-    head, screened = [], []  # screened: dropped after a short screening round; their times are not comparable
+    head, screened, full_ms = [], [], []  # screened: dropped after a short screening round; not comparable
     for config, timing in record.timings.items():
         mark = "*" if config is record.best_config else " "
         shown = f"{timing[0]:.4f} ms" if math.isfinite(timing[0]) else f"failed: {record.failures.get(config, 'inf')}"
         line = f" {mark} {config}: {shown}"
-        (screened if fully and id(config) not in fully and math.isfinite(timing[0]) else head).append(line)
+        is_screened = fully and id(config) not in fully and math.isfinite(timing[0])
+        (screened if is_screened else head).append(line)
+        if not is_screened and config is not record.best_config:
+            full_ms.append(timing[0])
+    pick = record.timings.get(record.best_config, [None])[0] if record.best_config in record.timings else None
+    why = pick_reason.line(pick, full_ms, getattr(record, "decision", None))
     if screened:
-        lines.append("   measured fully (the pick is the fastest of these):")
+        lines.append("   measured fully" + (" (the pick is the fastest of these):" if why is None else ":"))
     lines += head
+    if why is not None:
+        lines.append(f"   {why}")
     if screened:
         lines.append("   screened out (a short round each): not comparable with the full measurements above")
         lines += screened

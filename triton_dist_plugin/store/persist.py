@@ -81,11 +81,12 @@ class KernelStore(cache.EntryStore):
                          context(device, configs, method, accuracy, isolated))
         self.configs = list(configs)  # a row's index is its position here
 
-    def read(self, key: Any, configs: list) -> Optional[tuple[int, dict, str, list]]:
+    def read(self, key: Any, configs: list) -> Optional[tuple[int, dict, str, list, Optional[dict], Optional[str]]]:
         """The stored pick's position in ``configs``, the stored timings of those of ``configs`` it
         timed (as upstream's ``configs_timings`` holds them), where the entry was found (its
-        file, or the store that answered) and those of ``configs`` it measured fully (the other
-        timings are a screening round's); None when there is no usable entry."""
+        file, or the store that answered), those of ``configs`` it measured fully (the other
+        timings are a screening round's), and how the pick was decided and what timed (for the
+        views, as after a tuning); None when there is no usable entry."""
         if settings.value(cache.ALWAYS_TUNE_ENV):
             return None  # before the manifest: nothing is read at all
         manifest.load_from_env()
@@ -100,7 +101,8 @@ class KernelStore(cache.EntryStore):
         timings = {c: _timing(stored[d]) for c, d in zip(configs, described) if d in stored}
         fully = {c["config"] for c in record["candidates"] if c["measured"]}
         measured = [c for c, d in zip(configs, described) if d in fully and c in timings]
-        return described.index(record["pick_config"]), timings, where, measured
+        return described.index(record["pick_config"]), timings, where, measured, record.get("decision"), \
+            record.get("timer")
 
     def _ours(self, record: dict) -> bool:
         """An entry of this kernel, source and hardware (any key, any context)."""
@@ -170,7 +172,7 @@ class KernelStore(cache.EntryStore):
 
     def record(self, key: Any, best: Any, timings: dict, failures: dict, measured: list, method: str,
                bench_time: Optional[float], space: Optional[list] = None, notes: Optional[list] = None,
-               model: Optional[dict] = None, decision: Optional[dict] = None) -> dict:
+               model: Optional[dict] = None, decision: Optional[dict] = None, timer: Optional[str] = None) -> dict:
         """The entry ``store`` writes (its arguments are ``store``'s)."""
         rows = _rows(self.configs, best, timings, failures, measured)
         return self.full(key, {
@@ -181,19 +183,21 @@ class KernelStore(cache.EntryStore):
             **({"notes": [str(n)[:1000] for n in notes[:100]]} if notes else {}),
             **({"model": dict(model)} if model else {}),
             **({"decision": dict(decision)} if decision else {}),
+            **({"timer": timer} if timer else {}),
         })
 
     def store(self, key: Any, best: Any, timings: dict, failures: dict, measured: list, method: str,
               bench_time: Optional[float], space: Optional[list] = None, notes: Optional[list] = None,
-              model: Optional[dict] = None, decision: Optional[dict] = None) -> Path:
+              model: Optional[dict] = None, decision: Optional[dict] = None, timer: Optional[str] = None) -> Path:
         """Hand the entry to every store (``tdp_cache_put``); a store's ``OSError`` is raised after
         all. ``space``: every candidate's description (small spaces; for warm starts); ``notes``:
         the tuning's notes (how long each step took; for the report); ``model`` and ``decision``:
-        how the cost model did and how the pick was decided (``TuningRecord``'s fields). An entry
+        how the cost model did and how the pick was decided, ``timer`` what timed where it was not
+        the built-in timer (``TuningRecord``'s fields). An entry
         that would not pass ``records.check`` (a pick that failed on this rank, say) is not kept."""
         entry = self.entry(key)
         cache.put_checked(entry, self.record(key, best, timings, failures, measured, method, bench_time, space,
-                                             notes, model, decision))
+                                             notes, model, decision, timer))
         return entry.path
 
 

@@ -19,7 +19,8 @@ raise. A record of an older format is checked in its own layout and returned in 
   timing: upstream's number or list of up to three, null inside for infinity), ``failure`` (the
   reason, or null) and ``measured`` (timed fully, not only screened);
 - optional, for either kind: ``retained`` (the positions ``prune_fn`` kept), ``space`` (every
-  candidate's description, for warm starts), ``notes``, ``model`` and ``decision`` (for the report).
+  candidate's description, for warm starts), ``notes``, ``model`` and ``decision`` (for the report),
+  ``timer`` (what timed, where it was not the built-in timer of ``method``).
 """
 
 from __future__ import annotations
@@ -132,6 +133,7 @@ def _check(record: dict, kind: str) -> None:
     for name in ("model", "decision"):  # how the cost model and the final decision went (the report shows them)
         if name in record:
             f.plain_dict(record[name], name)
+    f.text(record.get("timer"), "timer", optional=True)
     for name in ("space", "notes"):
         for i, d in enumerate(f.a_list(record[name], name) if name in record else []):
             f.text(d, f"{name}[{i}]")
