@@ -2,6 +2,11 @@
 
     python -m kernels.demo [--out results.json] [kernel ...]
 
+A kernel is named on the command line by its short name (``add``, ``softmax``, ...) or by its Triton
+function's name (``add_kernel``, ``softmax_kernel``, ...). The output names each kernel as
+``triton-dist-tune`` and the tuning records do, by the function's name, with the short name after
+it: ``add_kernel (demo: add)``.
+
 Runs on a GPU when one is present, else on the CPU under ``TRITON_INTERPRET=1`` (set here
 before Triton is imported). Every ``@triton.autotune`` kernel is plain upstream code; the plugin
 times candidates (wall clock on the CPU), and an observer registered on the hook bus collects
@@ -55,16 +60,25 @@ def _short(config) -> str:
     return " ".join(parts)
 
 
+def kernel_name(short: str) -> str:
+    """The name ``triton-dist-tune`` and the tuning records give the demo's kernel ``short``: its
+    Triton function's (``add`` -> ``add_kernel``)."""
+    return KERNELS[short].jit.fn.__name__
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m kernels.demo", description=__doc__.splitlines()[0])
     names = ", ".join(sorted(KERNELS))
-    parser.add_argument("kernels", nargs="*", metavar="kernel", help=f"any of {names} (default: all)")
+    parser.add_argument("kernels", nargs="*", metavar="kernel",
+                        help=f"any of {names}, or its Triton function's name (add_kernel, ...); default: all")
     parser.add_argument("--out", default="tdp-demo-results.json", help="where to write the tuning records")
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.kernels) - set(KERNELS))
+    by_name = {**{kernel_name(short): short for short in KERNELS}, **{short: short for short in KERNELS}}
+    unknown = sorted(set(args.kernels) - set(by_name))
     if unknown:
-        parser.error(f"unknown kernel(s) {', '.join(unknown)}; choose from {', '.join(sorted(KERNELS))}")
-    args.kernels = args.kernels or sorted(KERNELS)
+        parser.error(f"unknown kernel(s) {', '.join(unknown)}; choose from {names} "
+                     f"(or {', '.join(sorted(kernel_name(s) for s in KERNELS))})")
+    args.kernels = list(dict.fromkeys(by_name[k] for k in args.kernels)) or sorted(KERNELS)
 
     device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
     size = "tiny" if device == "cpu" else "gpu"
@@ -87,7 +101,7 @@ def main(argv=None) -> int:
         timer = f"timed by {record.timer}" if record.timer else f"{record.method} timing"
         how = ("the pick stored on disk by an earlier run; timings from that run" if record.cache_hit else
                f"{timer}, {record.bench_time:.2f}s")
-        print(f"{name}  key={record.key}  ({how}, output {verdict})")
+        print(f"{record.kernel_name} (demo: {name})  key={record.key}  ({how}, output {verdict})")
         # A screened-out candidate's short round is not comparable with a full measurement: each
         # group is listed on its own (no record of which were measured: none was screened).
         full = set(map(id, record.measured)) if record.measured else set(map(id, record.timings))
@@ -108,8 +122,9 @@ def main(argv=None) -> int:
                 print(f"   {why}")
         print()
         report.append({
-            "kernel": name, "key": [str(k) for k in record.key], "method": record.method, "device": record.device,
-            "correct": bool(ok), "bench_time_s": record.bench_time, "pick": _short(record.best_config),
+            "kernel": record.kernel_name, "demo": name, "key": [str(k) for k in record.key], "method": record.method,
+            "device": record.device, "correct": bool(ok), "bench_time_s": record.bench_time,
+            "pick": _short(record.best_config),
             "candidates": [{"config": _short(c), "ms": t[0] if math.isfinite(t[0]) else None,
                             "round": "full" if id(c) in full else "screening",
                             "failure": record.failures.get(c)} for c, t in record.timings.items()],

@@ -230,10 +230,27 @@ def test_the_docs_say_exactly_which_command_takes_which_option():
     assert refused.returncode == 2 and "unrecognized arguments: --kernels" in refused.stderr
 
 
+def _contents() -> list:
+    """docs/index.md's contents: (number or None, text) per item, an item being a line that opens
+    with a link to a page and a colon, with the lines after it that do not."""
+    items: list = []
+    for line in (ROOT / "docs" / "index.md").read_text().split("## Contents\n", 1)[1].splitlines():
+        item = re.match(r"\s*(?:(\d+)\. )?(\[[^\]]+\]\([\w.-]+\.md\):.*)", line)
+        if item:
+            items.append((int(item[1]) if item[1] else None, item[2]))
+        elif line.strip() and items:
+            items[-1] = (items[-1][0], items[-1][1] + " " + line.strip())
+    return items
+
+
+def test_the_docs_contents_are_numbered_one_by_one():
+    items = _contents()
+    assert len(items) >= 14 and [n for n, _ in items] == list(range(1, len(items) + 1)), \
+        [f"{n}. {text[:40]}" for n, text in items]
+
+
 def test_the_docs_name_every_command_and_the_same_supported_versions():
-    index = (ROOT / "docs" / "index.md").read_text()
-    commands_line = next(line for line in index.splitlines() if line.startswith("8. [`triton-dist-tune`]"))
-    command_text = commands_line + index.split(commands_line, 1)[1].split("\n9. ", 1)[0]
+    (command_text,) = [text for _, text in _contents() if text.startswith("[`triton-dist-tune`](cli.md)")]
     assert all(f"`{c}`" in command_text for c in COMMANDS), command_text
     claim = "`triton` 3.2 and 3.4 to 3.9"
     texts = {name: re.sub(r"\s+", " ", (ROOT / name).read_text())

@@ -418,3 +418,42 @@ def test_a_key_whose_text_holds_a_memory_address_warns_once_naming_key_fn(tmp_pa
     assert "key_fn returned ((4,), <test_tune.Handle object at 0x" in str(told[0].message)
     assert "scaled" in str(told[0].message) and told[0].filename == __file__
     assert len(scaled.best_configs) == 2  # it still tunes: a warning, not an error
+
+
+def test_a_bad_bench_method_stops_the_call_before_anything_runs_naming_the_setting(tunings, cache_dir, monkeypatch):
+    """docs/tune.md: TRITON_BENCH_METHOD is checked as every setting is, though it does not choose
+    the method here; a value that names no method stops the call before any candidate runs."""
+    calls = []
+
+    @autotune(config_space=[{"a": 1}, {"a": 2}], key_fn=lambda x: x)
+    def f(x, a):
+        calls.append(a)
+        return x
+
+    monkeypatch.setenv("TRITON_BENCH_METHOD", "stopwatch")
+    with pytest.raises(tdp.SettingError, match=r"TRITON_BENCH_METHOD='stopwatch' is not valid: it accepts event, "
+                                               r"profiler, npu, cudagraph, wall\. Unset it"):
+        f(1)
+    assert calls == [] and not tunings.records and not entries(cache_dir) and f.best_configs == {}
+    monkeypatch.delenv("TRITON_BENCH_METHOD")
+    assert f(1) == 1 and list(f.best_configs) == [1] and len(tunings.tuned) == 1  # unset, it tunes
+
+
+@pytest.mark.parametrize("method", ["profiler", "cudagraph", "wall", "event"])
+def test_a_valid_bench_method_leaves_the_function_level_timer_as_it_is(recorder, method, monkeypatch):
+    """Whatever TRITON_BENCH_METHOD names, the function-level tuner times with ``event`` on a
+    device and ``wall`` on the CPU, 5 + 10 calls, and warns of no fallback."""
+    import warnings
+
+    monkeypatch.setenv("TRITON_BENCH_METHOD", method)
+
+    @autotune(config_space=[{"a": 1}, {"a": 2}], key_fn=lambda x: x)
+    def f(x, a):
+        return x
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert f(3) == 3
+    expected = "wall" if DEVICE == "cpu" else "event"
+    assert [r.method for r in recorder.records] == [expected]
+    assert {(r.method, r.n_warmup, r.n_repeat) for r in recorder.timed} == {(expected, 5, 10)}

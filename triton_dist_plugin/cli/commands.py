@@ -15,9 +15,10 @@ is it); a ``NAME`` that matches nothing is one line on standard error and status
 ``show``, ``export``, ``clear`` and ``report`` also take ``--kernels`` or ``--functions``; each
 names every entry it cannot read on standard error, with a count at the end.
 
-Finding and loading the entries (and which are skipped) is ``entries``; what each command prints
-is ``views``. This module parses the arguments, runs the commands, writes their output files and
-turns a user's mistake into one line on standard error.
+The commands and options, each with its help, are ``parser``; finding and loading the entries
+(and which are skipped) is ``entries``; what each command prints is ``views``. This module runs
+the commands, writes their output files and turns a user's mistake into one line on standard
+error.
 """
 
 from __future__ import annotations
@@ -33,15 +34,8 @@ from typing import Iterator, Optional
 from .. import frozen, settings
 from ..store import cache, filestore, manifest, persist
 from .entries import Entry, Reader, looked_in, matches, remove
+from .parser import PROG, build
 from .views import cmd_export, cmd_misses, cmd_show, list_lines
-
-PROG = "triton-dist-tune"
-#: the commands that read the entries: each takes NAME, --exact and --kernels/--functions
-ENTRY_COMMANDS = (("list", "list the entries (every one, or those matching NAME)"),
-                  ("show", "every candidate of the entries matching NAME"),
-                  ("export", "write a manifest of the matching entries"),
-                  ("clear", "delete the matching entries, naming each (-n: only name them)"),
-                  ("report", "write one self-contained HTML page with a chart per entry"))
 
 
 def _write(path: str, text: str, command: str) -> bool:
@@ -73,45 +67,6 @@ def _no_match(command: str, pattern: str, exact: bool, anything: bool, what: str
     return 1
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=PROG, description="Look at, export, move and clear what the plugin tuned.",
-        epilog="NAME keeps the entries whose name contains it (--exact: whose name is it). A NAME that matches "
-               "nothing is an error (status 1).")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, helptext in ENTRY_COMMANDS:
-        p = sub.add_parser(name, help=helptext, description=helptext[0].upper() + helptext[1:] + ".")
-        p.add_argument("name", nargs="?" if name != "show" else None, default=None, metavar="NAME",
-                       help="only entries whose name contains this (with --exact: whose name is this)")
-        p.add_argument("--exact", action="store_true", help="NAME is the whole name, not a part of it")
-        group = p.add_mutually_exclusive_group()
-        group.add_argument("--kernels", action="store_true", help="only kernel-level (Triton) entries")
-        group.add_argument("--functions", action="store_true", help="only function-level entries")
-        if name == "export":
-            p.add_argument("--format", choices=("json", "csv"), default="json")
-        if name in ("export", "report"):
-            p.add_argument("-o", "--output", required=name == "report",
-                           help="file to write" + (" (default: standard output)" if name == "export" else ""))
-        if name == "clear":
-            p.add_argument("--all", action="store_true", help="required to clear everything when no NAME is given")
-            p.add_argument("-n", "--dry-run", action="store_true",
-                           help="list the entries that would be cleared, and clear nothing")
-    p = sub.add_parser("import", help="put a manifest's picks into the cache (hardware and versions must match)")
-    p.add_argument("file", help="a manifest written by triton-dist-tune export")
-    p = sub.add_parser("pretune", help="tune a function's kernels over argument cases, ahead of time")
-    p.add_argument("function", help="MODULE:FUNCTION that launches the kernels, called once per case (MODULE is "
-                                    "looked for in the current directory first, as python -m does)")
-    p.add_argument("--cases", required=True,
-                   help="a JSON file (a list of keyword-argument objects) or MODULE:CALLABLE returning the cases")
-    sub.add_parser("index", help="index every kernel's stored picks now (after copying entries in by hand; "
-                                 "new keys otherwise index them a few at a time)")
-    p = sub.add_parser("misses", help="keys launched untuned (frozen mode, CUDA graph capture), to tune ahead")
-    p.add_argument("name", nargs="?", default=None, metavar="NAME",
-                   help="only kernels and functions whose name contains this (with --exact: whose name is this)")
-    p.add_argument("--exact", action="store_true", help="NAME is the whole name, not a part of it")
-    return parser
-
-
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:
     return f"{PROG}: warning: {message}\n"
 
@@ -138,7 +93,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def _main(argv: Optional[list[str]]) -> int:
-    args = _parser().parse_args(argv)
+    args = build().parse_args(argv)
     for stream in (sys.stdout, sys.stderr):  # text from a stored file prints, whatever it holds
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
