@@ -501,7 +501,7 @@ def _interpret(argv: list, pythonpath: str | None) -> None:
     if argv[0] == "-c":
         sys.argv, sys.path[:] = ["-c", *argv[2:]], ["", *rest]
         main.__loader__ = importlib.machinery.BuiltinImporter
-        exec(compile(argv[1], "<string>", "exec"), main.__dict__)
+        exec(compile(argv[1], "<string>", "exec", dont_inherit=True), main.__dict__)  # not this file's __future__
     elif argv[0] == "-m":
         sys.argv, sys.path[:] = ["-m", *argv[2:]], [os.getcwd(), *rest]
         runpy._run_module_as_main(argv[1])
@@ -512,7 +512,7 @@ def _interpret(argv: list, pythonpath: str | None) -> None:
                              __loader__=importlib.machinery.SourceFileLoader("__main__", script))
         with open(script, "rb") as f:
             source = importlib.util.decode_source(f.read())
-        exec(compile(source, script, "exec"), main.__dict__)
+        exec(compile(source, script, "exec", dont_inherit=True), main.__dict__)
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--serve"]:

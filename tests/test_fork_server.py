@@ -17,6 +17,8 @@ PROBE = r"""
 import atexit, json, os, sys, threading, time
 import __main__
 
+def annotated(x: int) -> "str": pass  # no __future__ of the server's may reach the code it runs
+
 def later():
     time.sleep(0.2)
     print("thread joined", flush=True)
@@ -28,7 +30,7 @@ print(json.dumps({
     "loader": type(getattr(__main__, "__loader__", None)).__name__, "spec": repr(__main__.__spec__),
     "cwd": os.getcwd(), "home": os.path.expanduser("~"), "orig_argv": sys.orig_argv[1:2],
     "imported": [m for m in ("triton", "triton_dist_plugin") if m in sys.modules],
-    "env": os.environ.get("TRITON_PROBE"),
+    "env": os.environ.get("TRITON_PROBE"), "annotations": repr(annotated.__annotations__),
 }))
 how = sys.argv[-1]
 if how == "raise":
@@ -69,6 +71,7 @@ def test_a_forked_child_runs_and_leaves_as_a_fresh_interpreter(tmp_path, how):
     assert lines[-2:] == ["thread joined", "atexit ran"], lines  # threads joined, then atexit, as at exit
     seen = __import__("json").loads(lines[0])
     assert seen["imported"] == [] and seen["home"] == str(tmp_path) and seen["env"] == how, seen
+    assert seen["annotations"] == "{'x': <class 'int'>, 'return': 'str'}", seen
     assert seen["path"][1:] == [str(tmp_path / "extra"), str(tmp_path / "relative")], seen  # PYTHONPATH, from cwd
     if ending == "raise":  # the traceback starts at the script, as the interpreter's does
         assert re.match(r"Traceback \(most recent call last\):\n  File \".*probe_mod.py\"", forked.stderr)
