@@ -63,7 +63,9 @@ def test_a_right_model_compiles_a_few_and_keeps_the_best(plugins, timed, recorde
     assert len(timed.screened()) <= 0.4 * len(SPACE), len(timed.screened())
     assert record.model["trusted"] and record.model["recall"] and record.model["of"] == len(SPACE)
     assert record.model["kept"] == DEFAULT.keep_min and record.model["screened"] == len(timed.screened())
-    assert any(n.startswith(f"cost model: kept {DEFAULT.keep_min} of 120") for n in record.notes), record.notes
+    assert any(n.startswith(f"cost model: timed its {DEFAULT.keep_min} likeliest of 120") for n in record.notes), \
+        record.notes
+    assert not any("climbed" in n or "correlation" in n for n in record.notes), record.notes  # plain words
 
 
 def test_the_report_shows_the_models_recall_from_the_stored_entry(plugins, timed, recorder, tmp_path):
@@ -86,7 +88,7 @@ def test_a_model_wrong_about_one_parameter_is_corrected_by_climbing(plugins, tim
     assert search.features_of(kernel.best_config) | BEST == search.features_of(kernel.best_config)
     assert record.model["trusted"] and not record.model["recall"]  # found by the climb, and said so
     assert len(timed.screened()) < len(SPACE) / 2
-    assert any("found by climbing" in n for n in record.notes), record.notes
+    assert any("found by searching around them" in n for n in record.notes), record.notes
 
 
 def test_a_model_the_times_contradict_is_ignored_and_the_space_screened_whole(plugins, timed, recorder):

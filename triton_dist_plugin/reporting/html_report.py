@@ -164,7 +164,8 @@ def _judged(record: dict) -> str:
             kept = ("the best screened was among them" if model.get("recall") is True else
                     "the best screened was not among them (a miss: the climb found it)")
             parts.append(("Cost model", f"kept {model['kept']} of {model['of']} candidates, {model['screened']} "
-                                        f"screened in all; {kept} (rank correlation {rho})"))
+                                        f"screened in all; {kept} (rank correlation of its predicted and measured "
+                                        f"times: {rho})"))
         else:
             parts.append(("Cost model", f"its ranking did not match the times of the {model['kept']} it kept (rank "
                                         f"correlation {rho}), so the search went on without it"))

@@ -105,13 +105,13 @@ def _borne_out(kept: list, probes: list, rho: Optional[float], tolerance: float,
 
 
 def _note(model: dict) -> str:
-    rho = "n/a" if model["rho"] is None else f"{model['rho']:.2f}"
+    """In plain words, for the printout and the report's notes (the numbers are in ``model``)."""
     if not model["trusted"]:
-        return (f"cost model: kept {model['kept']} of {model['of']}, but its ranking did not match their times "
-                f"(rank correlation {rho}): searching without it")
-    found = "among them" if model["recall"] else "found by climbing from them (not among those kept)"
-    return (f"cost model: kept {model['kept']} of {model['of']} (rank correlation {rho}), climbed to "
-            f"{model['screened']}; the best screened was {found}")
+        return (f"cost model: its {model['kept']} likeliest of {model['of']} were not faster than the others "
+                "it was checked on, so the search went on without it")
+    found = "one of them" if model["recall"] else "found by searching around them (not one of them)"
+    return (f"cost model: timed its {model['kept']} likeliest of {model['of']}, then their neighbours "
+            f"({model['screened']} timed in all); the fastest timed was {found}")
 
 
 def _spearman(xs: list, ys: list) -> Optional[float]:
