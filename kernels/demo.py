@@ -133,7 +133,8 @@ def main(argv=None) -> int:
     from triton_dist_plugin.store import cache, persist
 
     print(f"picks are kept in each kernel's `cache` and on disk under {cache.kernel_base() / persist.DIRECTORY} "
-          f"(a second run times nothing); records written to {os.path.abspath(args.out)}")
+          f"(a second run times nothing; docs/picks.md says where picks live, and why); records written to "
+          f"{os.path.abspath(args.out)}")
     tdp.unregister(collector)
     return 0 if all(r["correct"] for r in report) else 1
 

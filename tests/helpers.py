@@ -97,6 +97,31 @@ def run_cli(*args: str, cwd: Any = None, env: dict | None = None) -> subprocess.
     return subprocess.CompletedProcess(["triton-dist-tune", *args], code, out.getvalue(), err.getvalue())
 
 
+def listed(stdout: str) -> list[dict]:
+    """The entries ``triton-dist-tune list`` printed, as docs/cli.md lays them out: under each
+    place's heading, a table whose rows each have their key on the line under them. Each entry:
+    ``place`` (its heading), ``row`` (the line), ``name``, ``pick ms`` and the rest by column, and
+    ``key``."""
+    entries: list = []
+    place, header, table = "", [], False
+    lines = stdout.splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            place, table = "", False
+        elif line.startswith("-"):
+            table = True
+        elif not table and i + 1 < len(lines) and lines[i + 1].startswith("-"):
+            starts = [j for j, ch in enumerate(lines[i + 1]) if ch == "-" and (j == 0 or lines[i + 1][j - 1] == " ")]
+            header = [(line[a:b].strip(), a, b) for a, b in zip(starts, starts[1:] + [None])]
+        elif not table:
+            place = line
+        elif line.startswith("  key="):
+            entries[-1]["key"] = line[len("  key="):]
+        else:
+            entries.append({"place": place, "row": line, **{name: line[a:b].strip() for name, a, b in header}})
+    return entries
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

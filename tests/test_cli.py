@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import DEVICE, python, run_cli
+from helpers import DEVICE, listed, python, run_cli
 
 from triton_dist_plugin.tune import autotune
 
@@ -51,10 +51,14 @@ def test_console_script_is_installed():
 def test_list_shows_function_and_kernel_entries(homes):
     result = cli("list")
     assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert lines[0].split()[:4] == ["kind", "name", "key", "pick"]
-    assert sum("scaled_sum" in line for line in lines) == 2
-    assert any(line.startswith("kernel") and "matmul_kernel" in line and "0.3000" in line for line in lines)
+    rows = listed(result.stdout)
+    assert result.stdout.splitlines()[1].split() == ["name", "pick", "pick", "ms", "timed", "when", "(UTC)"]
+    functions = [r for r in rows if r["place"] == f"function-level picks, in {homes / '.triton_dist' / 'autotune'}"]
+    assert [r["name"].rsplit(".", 1)[-1] for r in functions] == ["scaled_sum"] * 2
+    (triton_file,) = [r for r in rows if r["name"] == "matmul_kernel"]
+    place = f"Triton's own tuning files (cache_results), in Triton's cache: {homes / 'triton-cache'}"
+    assert triton_file["place"] == place
+    assert triton_file["pick ms"] == "0.3000" and triton_file["key"] == "[512, 512, 512, 'torch.float16']"
 
 
 def test_show_lists_every_candidate_and_marks_the_pick(homes):
@@ -99,8 +103,8 @@ def test_a_cache_file_with_wrong_field_types_is_skipped_with_a_warning(homes, ba
         result = cli(command, *(["scaled_sum"] if command == "show" else []))
         assert result.returncode == 0, result.stderr
         assert f"skipping {path}" in result.stderr
-    listed = cli("list").stdout
-    assert sum("scaled_sum" in line for line in listed.splitlines()) == 2  # the good entries still show
+    shown = cli("list").stdout
+    assert sum("scaled_sum" in line for line in shown.splitlines()) == 2  # the good entries still show
 
 
 def test_list_shows_the_plugins_persisted_kernel_picks_and_clear_of_nothing_fails(homes):
@@ -111,10 +115,10 @@ def test_list_shows_the_plugins_persisted_kernel_picks_and_clear_of_nothing_fail
     add = KERNELS["add"]
     x, y = add.make_inputs("tiny", DEVICE)
     add.launch(triton.autotune(configs=add.configs(DEVICE), key=add.key)(add.jit), x, y)
-    listed = cli("list", "--kernels")
-    assert listed.returncode == 0, listed.stderr
-    assert any(line.startswith("kernel") and "add_kernel" in line and "(1000," in line
-               for line in listed.stdout.splitlines())
+    result = cli("list", "--kernels")
+    assert result.returncode == 0, result.stderr
+    (row,) = [r for r in listed(result.stdout) if r["name"] == "add_kernel"]
+    assert row["key"].startswith("(1000,") and row["place"].startswith("kernel-level picks, in Triton's cache: ")
     shown = cli("show", "add_kernel")
     assert shown.returncode == 0 and "*" in shown.stdout
     missing = cli("clear", "no_such_kernel")
@@ -189,11 +193,9 @@ def test_every_view_tells_full_measurements_from_screening_rounds_after_a_disk_h
         return done.stdout
 
     # list: the pick's own time, not the fastest screening round's, and how the entry was timed.
-    listed = run("list", "--kernels").splitlines()
-    assert listed[0].split()[4:6] == ["pick", "ms"]
-    row = next(line for line in listed if line.startswith("kernel"))
-    assert f"{pick['ms']:.4f}" in row and f"{min(c['ms'] for c in screened):.4f}" not in row
-    assert "2 full + 4 screened" in row
+    (row,) = listed(run("list", "--kernels"))
+    assert row["pick ms"] == f"{pick['ms']:.4f}" and f"{min(c['ms'] for c in screened):.4f}" not in row["row"]
+    assert row["timed"] == "2 full + 4 screened"
     # show: each time with its round, the pick's a full measurement.
     rows = [line.split() for line in run("show", "add_kernel").splitlines() if line.startswith("Config(")]
     assert sorted(r[5] for r in rows) == ["full"] * 2 + ["screening"] * 4  # candidate (4 words), ms, round
@@ -258,9 +260,10 @@ def test_list_prints_each_entry_as_it_is_read():
     with pytest.raises(RuntimeError, match="read past the end"):
         for line in list_lines(entries()):
             printed.append(line)
-    assert len(printed) == 1002 and printed[0].split()[:3] == ["kind", "name", "key"]
+    assert len(printed) == 2 + 2 * 1000 and printed[0].split()[:2] == ["name", "pick"]  # a key under each row
     lazy = list_lines(iter([Entry("kernel", "k", "(1,)", "p", 1.0, "w", "x")] * 300 + [None]))
-    assert [next(lazy) for _ in range(3)][2].startswith("kernel")  # 200 rows read to size the columns, not 301
+    first = [next(lazy) for _ in range(4)]  # 200 rows read to size the columns, not 301
+    assert first[2].split()[:2] == ["k", "p"] and first[3] == "  key=(1,)"
 
 
 def test_candidates_the_search_left_out_are_skipped_not_failed(tmp_path, monkeypatch):
@@ -276,10 +279,10 @@ def test_candidates_the_search_left_out_are_skipped_not_failed(tmp_path, monkeyp
     kernel = triton.autotune(configs=space, key=["n"])(copy)
     x, y = torch.randn(64, device=DEVICE), torch.zeros(64, device=DEVICE)
     kernel[lambda m: (triton.cdiv(64, m["BLOCK"]),)](x, y, 64)
-    listed = cli("list", "copy", "--kernels")
-    assert listed.returncode == 0, listed.stderr
-    row = next(line for line in listed.stdout.splitlines() if "copy" in line)
-    assert "6 skipped" in row and "failed" not in row, row
+    result = cli("list", "copy", "--kernels")
+    assert result.returncode == 0, result.stderr
+    (row,) = listed(result.stdout)
+    assert "6 skipped" in row["timed"] and "failed" not in row["timed"], row
     shown = cli("show", "copy", "--kernels").stdout
     assert sum(" skipped " in line and "not screened: the search left it out" in line
                for line in shown.splitlines()) == 6

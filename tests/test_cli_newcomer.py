@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import triton
-from helpers import DEVICE, ROOT, run_cli
+from helpers import DEVICE, ROOT, listed, run_cli
 
 from kernels import KERNELS
 from triton_dist_plugin.tune import autotune
@@ -58,7 +58,7 @@ def cli(*args, cwd=ROOT, env=None):
 
 
 def names_listed(result) -> list:
-    return sorted(line.split()[1] for line in result.stdout.splitlines()[2:] if line.strip())
+    return sorted(entry["name"] for entry in listed(result.stdout))
 
 
 def assert_one_line_error(result, *fragments):
@@ -142,8 +142,8 @@ def test_a_pattern_that_matches_nothing_is_an_error_naming_it_for_every_command(
 
 
 def test_with_no_pattern_and_nothing_tuned_every_command_says_so_and_succeeds(dirs):
-    listed = cli("list")
-    assert listed.returncode == 0 and listed.stdout.startswith("nothing tuned yet (looked in ")
+    result = cli("list")
+    assert result.returncode == 0 and result.stdout.startswith("nothing tuned yet (looked in ")
     exported = cli("export")
     assert exported.returncode == 0 and json.loads(exported.stdout) == []
     assert "nothing tuned yet" in exported.stderr

@@ -5,8 +5,10 @@ Function-level entries live under ``$HOME/.triton_dist/autotune`` (``TRITON_DIST
 and the plugin's kernel-level picks under ``triton_dist/kernels/`` in Triton's cache directory
 (``TRITON_CACHE_DIR``, default ``$HOME/.triton/cache``; under ``TRITON_DIST_AUTOTUNE_DIR/kernels``
 when that is set); kernel-level entries also come from Triton's own ``*.autotune.json`` files
-(``cache_results=True`` or ``TRITON_CACHE_AUTOTUNING=1``) in Triton's cache directory. Every entry
-read passes the same check as at a launch (``records.check``). One that cannot be read (cut short,
+(``cache_results=True`` or ``TRITON_CACHE_AUTOTUNING=1``) in Triton's cache directory. Each entry
+says which of these ``PLACES`` it came from, which ``list`` heads with ``heading`` (docs/picks.md
+says why picks live in two places). Every entry read passes the same check as at a launch
+(``records.check``). One that cannot be read (cut short,
 binary, not JSON, refused, too large, or not a valid record) is named on standard error with why,
 and ``Reader.summary`` counts them at the end: a user learns that a pick is gone. Entries are read
 one at a time (``list`` prints each as it is read). Kept apart from the commands so that every
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional
 
+from .. import settings
 from ..store import cache, filestore, fingerprint, manifest, persist, records
 
 
@@ -37,10 +40,29 @@ class Entry:
     candidates: list = field(default_factory=list)
     restore: dict = field(default_factory=dict)  # the plugin's own entries: what `import` writes back, as stored
     record: dict = field(default_factory=dict)  # the plugin's own entries: the record in this version's layout
+    place: str = ""  # which of PLACES it was read from ("": none said, as for an entry made by hand)
+
+
+#: Where entries are read from, in the order ``Reader.entries`` reads them (docs/picks.md says why
+#: there are several): the function-level store, the kernel-level store, Triton's own files.
+PLACES = ("function", "kernel", "triton")
 
 
 def kernel_cache_root() -> Path:
     return fingerprint.triton_cache_dir()
+
+
+def heading(place: str) -> str:
+    """The line ``list`` prints above the entries of ``place`` (one of ``PLACES``): what is kept
+    there and in which directory, now."""
+    if place == "function":
+        return f"function-level picks, in {cache.cache_root()}"
+    if place == "kernel":
+        where = cache.ROOT_ENV if settings.value(cache.ROOT_ENV) else "Triton's cache"
+        return f"kernel-level picks, in {where}: {cache.kernel_base() / persist.DIRECTORY}"
+    if place == "triton":
+        return f"Triton's own tuning files (cache_results), in Triton's cache: {kernel_cache_root()}"
+    return place
 
 
 def looked_in() -> str:
@@ -112,7 +134,7 @@ class Reader:
             best = min((c["ms"] for c in cands if c["ms"] is not None), default=None)
             # Exported as stored: an older format's entry lands where its own id puts it.
             yield Entry(kind, current[kind], current["key"], current["pick_config"], best, current["timestamp"],
-                        str(path), cands, manifest.entry(f"{place}/{path.name}", rec), current)
+                        str(path), cands, manifest.entry(f"{place}/{path.name}", rec), current, kind)
 
     def _triton_entries(self) -> Iterator[Entry]:
         """The kernel-level entries of Triton's own ``*.autotune.json`` files."""
@@ -135,7 +157,8 @@ class Reader:
             valid = [c for c in cands if c["ms"] is not None]
             best = min(valid, key=lambda c: c["ms"]) if valid else None
             yield Entry("kernel", path.name[: -len(".autotune.json")], str(rec.get("key")),
-                        best["config"] if best else "-", best["ms"] if best else None, when, str(path), cands)
+                        best["config"] if best else "-", best["ms"] if best else None, when, str(path), cands,
+                        place="triton")
 
 
 def _pairs(value) -> list:

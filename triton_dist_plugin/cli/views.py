@@ -1,7 +1,8 @@
 """The text the commands print: the tables of ``list``, ``show`` and ``misses``, and the manifest
 ``export`` writes. Kept apart from argument parsing so that what a command says about an entry
 (which round timed each candidate, the pick's own time) is decided in one place. ``list`` prints
-each row as its entry is read (``list_lines``), so a large cache lists in bounded memory.
+each row as its entry is read (``list_lines``), so a large cache lists in bounded memory, under a
+line naming the place it was read from (docs/picks.md), and each pick as the HTML report labels it.
 """
 
 from __future__ import annotations
@@ -10,34 +11,34 @@ import csv
 import io
 import json
 from dataclasses import asdict
-from itertools import chain, islice
+from itertools import chain, groupby, islice
 from typing import Iterable, Iterator, Optional
 
 from .. import frozen
 from ..failures import round_of
-from ..reporting import pick_reason
+from ..reporting import html_view, pick_reason
 from ..store import cache
-from .entries import Entry, looked_in, matches
+from .entries import Entry, heading, looked_in, matches
 
 _SIZING = 200  # the rows of a listing that size its columns; later ones longer than those spill over
 
 
-def _lines(rows: Iterable[list[str]], header: list[str]) -> Iterator[str]:
-    """A table's lines, each as soon as its row is given: the first rows size the columns (each
-    cut at 100 characters)."""
+def _lines(rows: Iterable[tuple[list[str], str]], header: list[str]) -> Iterator[str]:
+    """A table's lines, each as soon as its row is given, each row ``(cells, the line under it)``:
+    the first rows size the columns (each cut at 100 characters)."""
     rows = iter(rows)
     first = list(islice(rows, _SIZING))
-    widths = [min(max(len(str(x)) for x in col), 100) for col in zip(header, *first)]
+    widths = [min(max(len(str(x)) for x in col), 100) for col in zip(header, *(cells for cells, _ in first))]
 
     def line(r: list) -> str:
-        return "  ".join(str(x)[:100].ljust(w) for x, w in zip(r, widths))
+        return "  ".join(str(x)[:100].ljust(w) for x, w in zip(r, widths)).rstrip()
 
     yield line(header)
     yield "  ".join("-" * w for w in widths)
-    for r in first:
-        yield line(r)
-    for r in rows:
-        yield line(r)
+    for cells, under in chain(first, rows):
+        yield line(cells)
+        if under:
+            yield under
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -78,15 +79,37 @@ def _source(e: Entry) -> Optional[str]:
     return source if isinstance(source, str) else None
 
 
+def _cut(text: str, most: int = 100) -> str:
+    """``text``, or its start and ``...`` where it is longer than ``most``."""
+    return text if len(text) <= most else text[:most - 3] + "..."
+
+
+def _pick_label(e: Entry) -> str:
+    """The pick as the HTML report labels it: only the parameters that differ among the entry's
+    candidates (``html_view.labels``), so a listing line stays short."""
+    configs = [str(c.get("config")) for c in e.candidates]
+    if e.pick not in configs:
+        configs.append(e.pick)
+    return html_view.labels(configs)[0][configs.index(e.pick)]
+
+
+LIST_HEADER = ["name", "pick", "pick ms", "decided", "timed", "when (UTC)"]  # decided: ``pick_reason.word``
+
+
 def list_lines(entries: Iterable[Entry]) -> Iterator[str]:
-    """The lines of ``list``, each as soon as its entry is read; none when there is no entry."""
-    entries = iter(entries)
-    first = next(entries, None)
-    if first is None:
-        return
-    rows = ([e.kind, e.name, e.key, e.pick, _fmt(_pick_ms(e)), _rounds(e), e.when[:19]]
-            for e in chain([first], entries))
-    yield from _lines(rows, ["kind", "name", "key", "pick", "pick ms", "timed", "when (UTC)"])
+    """The lines of ``list``, each as soon as its entry is read; none when there is no entry. The
+    entries of each place (``entries.PLACES``) come under a line naming it and its directory, each
+    as a row with its key on the line under it: a key and a pick side by side would not fit a
+    terminal."""
+    for i, (place, group) in enumerate(groupby(entries, key=lambda e: e.place)):
+        if i:
+            yield ""
+        if place:
+            yield heading(place)
+        rows = (([e.name, _pick_label(e), _fmt(_pick_ms(e)), pick_reason.word(e.record.get("decision")), _rounds(e),
+                  e.when[:19]], f"  key={_cut(str(e.key))}")
+                for e in group)
+        yield from _lines(rows, LIST_HEADER)
 
 
 def cmd_list(entries: list[Entry]) -> str:
@@ -125,7 +148,8 @@ def cmd_show(entries: list[Entry]) -> str:
 def cmd_export(entries: list[Entry], fmt: str) -> str:
     """``best_ms`` is the pick's own full measurement; each candidate says its ``round``."""
     if fmt == "json":
-        items = [{**{k: v for k, v in asdict(e).items() if k not in ("restore", "record")}, "best_ms": _pick_ms(e),
+        items = [{**{k: v for k, v in asdict(e).items() if k not in ("restore", "record", "place")},
+                  "best_ms": _pick_ms(e),
                   "candidates": [{**c, "measured": _round(c) == "full", "round": _round(c)} for c in e.candidates],
                   **e.restore} for e in entries]
         return json.dumps(items, indent=2, default=str)

@@ -24,7 +24,7 @@ class View:
         record = getattr(entry, "record", None)  # in this version's layout (Triton's own files: none)
         self.record = record if isinstance(record, dict) else {}
         self.rows = _rows(entry, self.record)
-        self.labels, self.common, self.grid = _labels([r["config"] for r in self.rows])
+        self.labels, self.common, self.grid = labels([r["config"] for r in self.rows])
         for row, label in zip(self.rows, self.labels):
             row["label"] = label.replace("\x02", "").replace("\x03", "")  # the verdict's markers (``html_charts.why``)
         self.pick = next((r for r in self.rows if r["pick"]), None)
@@ -120,18 +120,19 @@ def _params(text: str, depth: int = 0) -> Optional[dict]:
     return out or None
 
 
-def _labels(configs: list) -> tuple:
+def labels(configs: list) -> tuple:
     """``(labels, common, grid)``: each candidate by the parameters that differ between them, the
     parameters all share (written once), and ``(parsed, varying)`` for the heatmap (None when the
-    descriptions could not be read as parameters)."""
+    descriptions could not be read as parameters). ``triton-dist-tune list`` shows a pick by its
+    label too, so the page and the listing name a config alike."""
     parsed = [_params(c) for c in configs]
     if not configs or any(p is None for p in parsed):
         return [_bare(c) for c in configs], "", None
     names = list(dict.fromkeys(k for p in parsed for k in p))
     varying = [k for k in names if len({p.get(k) for p in parsed}) > 1]
     common = ", ".join(f"{k}={parsed[0][k]}" for k in names if k not in varying)
-    labels = [", ".join(f"{k}={p[k]}" for k in varying if k in p) or _bare(c) for p, c in zip(parsed, configs)]
-    return labels, common, (parsed, varying)
+    named = [", ".join(f"{k}={p[k]}" for k in varying if k in p) or _bare(c) for p, c in zip(parsed, configs)]
+    return named, common, (parsed, varying)
 
 
 def _bare(text: str) -> str:
