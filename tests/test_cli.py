@@ -52,7 +52,7 @@ def test_list_shows_function_and_kernel_entries(homes):
     result = cli("list")
     assert result.returncode == 0, result.stderr
     rows = listed(result.stdout)
-    assert result.stdout.splitlines()[1].split() == ["name", "pick", "pick", "ms", "timed", "when", "(UTC)"]
+    assert result.stdout.splitlines()[1].split() == ["name", "pick", "pick", "ms", "decided", "timed", "when", "(UTC)"]
     functions = [r for r in rows if r["place"] == f"function-level picks, in {homes / '.triton_dist' / 'autotune'}"]
     assert [r["name"].rsplit(".", 1)[-1] for r in functions] == ["scaled_sum"] * 2
     (triton_file,) = [r for r in rows if r["name"] == "matmul_kernel"]
