@@ -120,6 +120,15 @@ def tuned(tmp_path, monkeypatch):
     return tmp_path
 
 
+def _against_the_full_measurement(why: str) -> bool:
+    """The box weighs the pick against the full measurement: the runner-up's margin and the p20-p80
+    spreads, or, where another finalist was faster there (the real wall clock can make one), why
+    the interleaved rounds after it still gave the pick."""
+    if "Not the fastest shown" in why:
+        return "In the full measurement" in why and "interleaved rounds" in why
+    return "runner-up" in why and "p20" in why
+
+
 def test_the_report_answers_why_this_pick_in_a_rendered_page(tuned, tmp_path):
     page = tmp_path / "report.html"
     made = cli("report", "-o", str(page))
@@ -154,7 +163,7 @@ def test_the_report_answers_why_this_pick_in_a_rendered_page(tuned, tmp_path):
         f"BLOCK={b}, num_warps={w}" for b in (32, 64, 128, 256, 512) for w in (1, 2)}
     assert "every candidate: num_ctas=1, num_stages=3" in screened["text"]
     # Why this pick: the margin to the runner-up against the p20-p80 noise.
-    assert "runner-up" in screened["why"] and "p20" in screened["why"] and "noise" in screened["why"]
+    assert _against_the_full_measurement(screened["why"]) and "noise" in screened["why"]
     pick = next(b for b in full["bars"] if b["pick"])
     assert f"{pick['ms']:.4f} ms" in screened["why"]
     # The heatmap: BLOCK x num_warps, the failed candidate marked, the pick outlined, coloured by time.
@@ -174,7 +183,7 @@ def test_the_report_answers_why_this_pick_in_a_rendered_page(tuned, tmp_path):
     assert other["source"][:16] in screened["same"] and screened["source"][:16] in other["same"]
     assert screened["origin"].startswith("From: tuned here") and other["origin"].startswith("From: imported")
     assert "1.0 days later" in other["origin"]
-    assert "only" not in other["why"] and "runner-up" in other["why"]  # 2 candidates, both measured fully
+    assert "only" not in other["why"] and _against_the_full_measurement(other["why"])  # 2, both measured fully
     function = next(s for s in sections if s["title"].startswith("function"))
     labels = {b["label"] for b in function["charts"]["full"]["bars"]}
     assert "layout='multiply-by-a-cached-scalar-tensor', factor=2" in labels  # long labels wrap, in full
