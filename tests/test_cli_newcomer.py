@@ -155,7 +155,9 @@ def test_with_no_pattern_and_nothing_tuned_every_command_says_so_and_succeeds(di
     missed = cli("misses")
     assert missed.returncode == 0 and missed.stdout.startswith("no misses recorded")
     only_kernels = cli("list", "--kernels")
-    assert only_kernels.returncode == 0 and "nothing tuned yet" in only_kernels.stdout
+    assert only_kernels.returncode == 0 and only_kernels.stdout.startswith("no kernel-level picks (looked in ")
+    places = only_kernels.stdout.split("(looked in ", 1)[1].rstrip(")\n").replace(" and ", ", ").split(", ")
+    assert str(dirs / "tdp") not in places and len(places) == 2, places  # not the function-level place
 
 
 # -- item 8: clear says what goes, matches exactly on request, and can dry-run ------------------

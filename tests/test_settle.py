@@ -69,8 +69,9 @@ def test_a_clear_winner_is_taken_at_once_and_its_margin_recorded(plugins, record
     timing = Noisy([2.0, 1.3, 2.0, 1.0, 2.0, 2.0], 0.0, 0)
     kernel, record = tune(plugins, recorder, timing)
     assert kernel.best_config is CANDIDATES[3]
-    assert record.decision == {"margin": 0.3, "noise": DEFAULT.unknown_noise, "noise_known": False, "rounds": 0,
-                               "confidence": 1.0, "tie": False}  # one number per run: the noise assumed
+    assert record.decision == {"margin": 0.3, "noise": DEFAULT.unknown_noise, "noise_known": False,
+                               "noise_capped": False, "rounds": 0, "confidence": 1.0,
+                               "tie": False}  # one number per run: the noise assumed
 
 
 def test_the_rounds_stop_early_only_where_no_other_pick_is_possible(plugins, recorder, monkeypatch):

@@ -248,7 +248,7 @@ class FunctionJob(job.Job):
                                            outcome.failures.get(i), i in outcome.measured)
                                for i, t in outcome.timings.items()],
                 **({"decision": dict(outcome.decision)} if outcome.decision else {}),
-                **({"timer": timer} if (timer := engine.timer_of(self.request.found.timers)) else {}),
+                **({"timer": timer} if (timer := engine.shown_timer(self.request)) else {}),
             })
         except OSError as exc:  # a full disk, an unwritable directory or a store that is down
             cache.warn_unwritable(self.name, self.store.dir, self.key, exc)

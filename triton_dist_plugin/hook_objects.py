@@ -33,15 +33,18 @@ class TuningFindings:
     ranking: Optional[list] = None
     problem: Any = None
     model: Optional[dict] = None
-    #: the plugins other than the built-in timer whose ``tdp_time_candidate`` timed a candidate
-    timers: set = field(default_factory=set)
+    #: what timed candidates where the built-in timer did not: a plugin's name (its
+    #: ``tdp_time_candidate`` answered), or the kernel's own do_bench, with how many timings each gave
+    timers: dict = field(default_factory=dict)
+    #: those of ``timers`` that timed the full measurement (the times every view shows), once it ran
+    shown_by: Optional[set] = None
 
 
 _UNSET: Any = object()  # a finding not given to the constructor (None is a value: "no ranking")
 
 #: The findings a request once held itself: still read there, and (deprecated) assigned there
-#: (those added since, such as ``timers``, live in ``found`` alone).
-FINDINGS = tuple(f.name for f in fields(TuningFindings) if f.name != "timers")
+#: (those added since, ``timers`` and ``shown_by``, live in ``found`` alone).
+FINDINGS = tuple(f.name for f in fields(TuningFindings) if f.name not in ("timers", "shown_by"))
 
 
 def _read_through(name: str) -> property:

@@ -139,11 +139,12 @@ def tdp_time_candidate(request):
     """Called to time one candidate in one round of a tuning: so a candidate is timed several times,
     each time as that round asks (``request.n_repeat``): a short screening round
     (``Policy.screen_repeat`` runs, 5 by default), for the best few a longer second round
-    (``second_repeat``, 25, in ``second_rounds`` interleaved rounds), the full measurement of the
-    finalists (``n_repeat`` None: the method's default, or the count the steady measurement chose,
-    in ``full_rounds`` interleaved rounds), and, for finalists too close to call, ``settle_rounds``
-    more (``docs/search.md``). A small space is measured fully at once. What the printout, the
-    report and ``triton-dist-tune show`` say timed the tuning names the plugin that answered.
+    (``second_repeat``, 25), the full measurement of the finalists (``n_repeat`` None: the method's
+    default, or the count the steady measurement chose), and, for finalists too close to call, up
+    to ``settle_rounds`` more (``docs/plugins.md`` has the counts). With the ``event`` method the
+    second round and the full measurement are split into interleaved rounds, one call each. A small
+    space is measured fully at once. The printout, the report and ``triton-dist-tune show`` name
+    the plugin that answered as the timer. A stored key is read back, not timed again.
 
     Not called for a kernel that passed its own ``do_bench=`` to ``triton.autotune``: that one
     wins, as upstream.

@@ -43,26 +43,28 @@ def settle(valid: dict, order: list, measure: Callable[[list], dict], policy: Po
     spreads = [spread(t) for t in valid.values()]
     # A timer that answers one number says nothing of its noise: assume some.
     known = any(spreads)
+    capped = known and max(spreads) > policy.noise_cap
     noise = min(policy.noise_cap, max(spreads)) if known else policy.unknown_noise
     close = [c for c in order if c in valid and valid[c][0] <= best * (1 + max(policy.tie, noise))]
     if len(close) < 2:
         others = [t[0] for c, t in valid.items() if c is not fastest]
-        margin = min(others) / best - 1 if others else math.inf
-        return fastest, _decision(margin, noise, 0, 1.0, False, known)
+        margin = min(others) / best - 1 if others and best > 0 else math.inf
+        return fastest, _decision(margin, noise, 0, 1.0, False, known, capped)
     rounds: list = []
     for i in range(policy.settle_rounds):
         timed = measure(close[i % len(close):] + close[: i % len(close)])  # each starts a round in turn
         rounds.append({id(c): timed[c][0] for c in close})
         verdict = _verdict(close, rounds, policy)
         if verdict is None:  # they stopped working (another rank failed them, say): the full measurement stands
-            return fastest, _decision(math.inf, noise, len(rounds), 0.0, False, known)
+            return fastest, {**_decision(math.inf, noise, len(rounds), 0.0, False, known, capped),
+                             "rounds_failed": True}
         if len(rounds) >= policy.settle_rounds_least and _decided(close, rounds, *verdict[:3]):
             break
     pick, medians, band, tied = verdict
     rivals = [medians[id(c)] for c in close if c is not pick and id(c) in medians]
-    margin = min(rivals) / medians[id(pick)] - 1 if rivals else math.inf
+    margin = min(rivals) / medians[id(pick)] - 1 if rivals and medians[id(pick)] > 0 else math.inf
     won = _won(pick, close, medians, band, rounds)
-    return pick, _decision(margin, noise, len(rounds), won / len(rounds), len(tied) > 1, known)
+    return pick, _decision(margin, noise, len(rounds), won / len(rounds), len(tied) > 1, known, capped)
 
 
 def _verdict(close: list, rounds: list, policy: Policy):
@@ -105,7 +107,11 @@ def _relative_error(times: list) -> float:
     return statistics.stdev(finite) / statistics.median(finite) / math.sqrt(len(finite))
 
 
-def _decision(margin: float, noise: float, rounds: int, confidence: float, tie: bool, noise_known: bool) -> dict:
-    """What is stored with the pick (``reporting.pick_reason`` words it for every view)."""
+def _decision(margin: float, noise: float, rounds: int, confidence: float, tie: bool, known: bool,
+              capped: bool) -> dict:
+    """What is stored with the pick (``reporting.pick_reason`` words it for every view): ``noise_known``
+    false where the timer gave one number (the noise is the policy's assumption), ``noise_capped``
+    where the runs spread more than ``Policy.noise_cap``, which is what was counted."""
     return {"margin": round(margin, 4) if math.isfinite(margin) else None, "noise": round(noise, 4),
-            "noise_known": noise_known, "rounds": rounds, "confidence": round(confidence, 3), "tie": tie}
+            "noise_known": known, "noise_capped": capped, "rounds": rounds, "confidence": round(confidence, 3),
+            "tie": tie}

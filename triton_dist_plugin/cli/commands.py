@@ -67,6 +67,16 @@ def _no_match(command: str, pattern: str, exact: bool, anything: bool, what: str
     return 1
 
 
+def _looked(args) -> str:
+    return looked_in(functions=not args.kernels, kernels=not args.functions)
+
+
+def _nothing(args) -> str:
+    """"nothing tuned yet", or which kind was asked for and none found (``--functions``, ``--kernels``)."""
+    return "no function-level picks" if args.functions else "no kernel-level picks" if args.kernels else \
+        "nothing tuned yet"
+
+
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:
     return f"{PROG}: warning: {message}\n"
 
@@ -163,7 +173,7 @@ def _run(args: argparse.Namespace, reader: Reader, matching: Iterator[Entry]) ->
             return 0
         if args.name is not None:
             return _no_match(args.command, args.name, args.exact, bool(reader.found or reader.unreadable))
-        print(f"nothing tuned yet ({looked_in()})")
+        print(f"{_nothing(args)} ({_looked(args)})")
         return 0
     entries = list(matching)
     if args.name is not None and not entries:
@@ -179,7 +189,7 @@ def _run(args: argparse.Namespace, reader: Reader, matching: Iterator[Entry]) ->
         else:
             print(text)
         if not entries:
-            print(f"{PROG} export: nothing tuned yet ({looked_in()}); the manifest is empty", file=sys.stderr)
+            print(f"{PROG} export: {_nothing(args)} ({_looked(args)}); the manifest is empty", file=sys.stderr)
     elif args.command == "report":
         from ..reporting import html_report
 
@@ -187,7 +197,7 @@ def _run(args: argparse.Namespace, reader: Reader, matching: Iterator[Entry]) ->
             return 1
         print(f"wrote a report of {_plural(len(entries), 'entry', 'entries')} to {args.output}")
         if not entries:
-            print(f"{PROG} report: nothing tuned yet ({looked_in()}); the report is empty", file=sys.stderr)
+            print(f"{PROG} report: {_nothing(args)} ({_looked(args)}); the report is empty", file=sys.stderr)
     elif args.command == "clear":
         return _clear(args, entries)
     return 0

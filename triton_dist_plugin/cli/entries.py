@@ -65,10 +65,12 @@ def heading(place: str) -> str:
     return place
 
 
-def looked_in() -> str:
-    """Where the entries were looked for, for the messages that say none was found."""
-    return (f"looked in {cache.cache_root()}, {cache.kernel_base() / persist.DIRECTORY} and "
-            f"{kernel_cache_root()}")
+def looked_in(functions: bool = True, kernels: bool = True) -> str:
+    """Where the entries were looked for (those of the kinds asked for: ``--functions``,
+    ``--kernels``), for the messages that say none was found."""
+    places = ([str(cache.cache_root())] if functions else []) + \
+        ([str(cache.kernel_base() / persist.DIRECTORY), str(kernel_cache_root())] if kernels else [])
+    return "looked in " + (", ".join(places[:-1]) + " and " + places[-1] if len(places) > 1 else places[0])
 
 
 def matches(name: str, pattern: Optional[str], exact: bool) -> bool:

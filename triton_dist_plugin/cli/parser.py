@@ -60,7 +60,9 @@ def build() -> argparse.ArgumentParser:
             p.add_argument("-o", "--output", required=name == "report", metavar="FILE",
                            help="file to write" + (" (default: standard output)" if name == "export" else ""))
         if name == "clear":
-            p.add_argument("--all", action="store_true", help="required to clear everything when no NAME is given")
+            p.add_argument("--all", action="store_true",
+                           help="required to clear everything when no NAME is given (--kernels or --functions "
+                                "alone clears that kind); also removes the temporaries and locks left behind")
             p.add_argument("-n", "--dry-run", action="store_true",
                            help="list the entries that would be cleared, and clear nothing")
     others = {name: sub.add_parser(name, help=helptext, description=description)

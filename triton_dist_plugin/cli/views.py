@@ -136,7 +136,8 @@ def cmd_show(entries: list[Entry]) -> str:
                         "sources)\n" if source and len(twins) > 1 else "")
                      + (f"  timed by: {timer}\n" if isinstance(timer, str) else "")
                      + _table(rows, ["candidate", "ms", "round", "failure", "pick"])
-                     + (f"\n  {why}" if why else ""))
+                     + (f"\n  {why}" if why else f"\n  decided: {pick_reason.sentence(decision)}"
+                        if (decision := pick_reason.decision_of(e.record.get("decision"))) else ""))
     if any(_round(c) == "screening" for e in entries for c in e.candidates):
         parts.append("round: full = the p50 of a full measurement; screening = the p50 of the short round that "
                      "dropped the candidate, not comparable with a full measurement")

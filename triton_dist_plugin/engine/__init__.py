@@ -13,9 +13,9 @@ what upstream would have raised for it live in ``failures``; how much is measure
 from ..failures import NOT_SEARCHED
 from ..hook_objects import CandidateRequest
 from .loop import run_candidates
-from .outcome import Outcome, record, timer_of
+from .outcome import Outcome, record, shown_timer
 from .rounds import same_keys, time_one
 from .screen import Screen
 
 __all__ = ["NOT_SEARCHED", "CandidateRequest", "Outcome", "Screen", "record", "run_candidates", "same_keys",
-           "time_one", "timer_of"]
+           "shown_timer", "time_one"]

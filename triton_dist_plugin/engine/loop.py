@@ -22,7 +22,7 @@ from ..reporting import pick_reason
 from ..search import model
 from ..search.space import Space
 from .outcome import Outcome, timer_of
-from .rounds import finalists_of, per_round, round_, rounds, scores_of, time_candidate
+from .rounds import answering, finalists_of, per_round, round_, rounds, scores_of, time_candidate
 from .screen import Screen
 
 
@@ -168,14 +168,14 @@ class _Run:
         if steady:
             screen.warm_up(self.calls, self.timings, finalists)
         if len(finalists) > policy.final_count:
-            started = time.perf_counter()
+            started, before = time.perf_counter(), dict(request.found.timers)
             count = policy.second_rounds if interleave else 1  # forwards, then backwards: a drift is undone
             second, failed = rounds(request, finalists, self.calls, self.method, None, policy.screen_warmup,
                                     policy.second_repeat, count, self.group, self.on_candidate)
             self.timings.update(second)
             self.failures.update(failed)
             said = [f"{count} interleaved rounds"] if count > 1 else []
-            runs = f"{per_round(policy.second_repeat, count) * count} runs" + _said(said, request)
+            runs = f"{per_round(policy.second_repeat, count) * count} runs" + _said(said, request, before)
             note += f", then the best {len(finalists)} for {runs} in {time.perf_counter() - started:.2f}s"
             finalists = screen.narrow(second) or finalists
         request.found.notes.append(f"{note}; measuring the best {len(finalists)} fully")
@@ -185,7 +185,7 @@ class _Run:
         """The full measurement of ``finalists``: the counts given, or (``steady``: settling
         follows) about ``Policy.full_ms`` each, in interleaved rounds where the timer allows."""
         self.ready_up(finalists)
-        started = time.perf_counter()
+        started, before = time.perf_counter(), dict(self.request.found.timers)
         full = steady.full_runs(self.timings, finalists) if steady is not None else (n_warmup, n_repeat)
         count = self.policy.full_rounds if interleave and full[1] is not None and len(finalists) > 1 else 1
         final, failed = rounds(self.request, finalists, self.calls, self.method, self.do_bench, *full, count,
@@ -194,9 +194,10 @@ class _Run:
             said = [] if full == (n_warmup, n_repeat) or self.method == "cudagraph" else \
                 [f"{full[1]} runs each"] if count == 1 else \
                 [f"{per_round(full[1], count) * count} runs each", f"in {count} interleaved rounds"]
-            runs = _said(said, self.request)
+            runs = _said(said, self.request, before)
             self.request.found.notes.append(f"measured {len(finalists)} finalists{runs} in "
                                             f"{time.perf_counter() - started:.2f}s")
+        self.request.found.shown_by = answering(self.request.found, before)  # what timed the times shown
         self.timings.update(final)
         self.failures.update(failed)
         return final
@@ -242,10 +243,10 @@ class _Run:
         return original.with_traceback(None)
 
 
-def _said(parts: list, request: TuningRequest) -> str:
-    """A note's parenthesis: ``parts``, and, where a plugin's timer timed, that the runs were asked
-    of it (it may time its own way)."""
-    timer = timer_of(request.found.timers)
+def _said(parts: list, request: TuningRequest, before: dict) -> str:
+    """A note's parenthesis: ``parts``, and, where a plugin's timer timed this round (its timings
+    since ``before``), that the runs were asked of it (it may time its own way)."""
+    timer = timer_of(answering(request.found, before))
     parts = parts + ([f"asked of {timer}"] if timer else [])
     return f" ({'; '.join(parts)})" if parts else ""
 

@@ -26,9 +26,16 @@ OWN_DO_BENCH = "<the kernel's own do_bench>"  # in ``found.timers``: what timed,
 
 
 def timer_of(timers: Any) -> Optional[str]:
-    """What timed a tuning's candidates, in words, where it was not the built-in timer; else None."""
+    """What timed, in words, where it was not the built-in timer; else None. ``timers``: names."""
     names = sorted(str(t) for t in timers or ())
     return ", ".join("the kernel's own do_bench" if n == OWN_DO_BENCH else f"plugin {n!r}" for n in names) or None
+
+
+def shown_timer(request: TuningRequest) -> Optional[str]:
+    """What timed the times a tuning's views show (its full measurement), where the built-in timer
+    did not; a plugin that timed only the screening rounds is not it."""
+    found = request.found
+    return timer_of(found.shown_by if found.shown_by is not None else found.timers)
 
 
 def record(request: TuningRequest, outcome: Optional[Outcome], best: Any, timings: dict, *, method: str,
@@ -43,7 +50,7 @@ def record(request: TuningRequest, outcome: Optional[Outcome], best: Any, timing
         cache_hit=cache_hit, method=method, device=request.device, autotuner=request.autotuner,
         notes=list(request.found.notes), measured=list(outcome.measured) if outcome else list(measured or []),
         model=request.found.model, decision=outcome.decision if outcome else decision,
-        timer=timer_of(request.found.timers) if outcome else timer,
+        timer=shown_timer(request) if outcome else timer,
     )
     bus.notify(rec)
     return rec

@@ -24,8 +24,7 @@ def time_one(cand: CandidateRequest, do_bench: Optional[Callable] = None) -> tup
     """
     try:
         if do_bench is not None:
-            if getattr(cand, "tuning", None) is not None:
-                cand.tuning.found.timers.add(OWN_DO_BENCH)
+            _timed_by(cand, OWN_DO_BENCH)
             returned = do_bench(cand.call, quantiles=cand.quantiles)
             timing = Timing(bus.as_timing(returned))
             timing.raw = returned
@@ -33,13 +32,25 @@ def time_one(cand: CandidateRequest, do_bench: Optional[Callable] = None) -> tup
         value, timer = bus.first_answer("tdp_time_candidate", bus.as_timing, request=cand)
         if value is None:
             raise RuntimeError("no tdp_time_candidate implementation timed it")
-        if timer not in BUILT_IN_TIMERS and getattr(cand, "tuning", None) is not None:
-            cand.tuning.found.timers.add(timer)  # said where the times are shown
+        if timer not in BUILT_IN_TIMERS:
+            _timed_by(cand, timer)
         return value, None
     except bus.PluginError:
         raise
     except Exception as exc:
         return list(INF3), reason_of(exc)
+
+
+def _timed_by(cand: CandidateRequest, name: str) -> None:
+    """Count a timing given by ``name`` (not the built-in timer): the views name what timed."""
+    found = getattr(getattr(cand, "tuning", None), "found", None)
+    if found is not None:
+        found.timers[name] = found.timers.get(name, 0) + 1
+
+
+def answering(found, before: dict) -> set:
+    """The timers of ``found.timers`` that gave a timing since ``before`` (a copy of it)."""
+    return {name for name, count in found.timers.items() if count > before.get(name, 0)}
 
 
 def same_keys(timings: dict) -> Callable[[Any], dict]:

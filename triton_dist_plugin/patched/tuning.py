@@ -229,7 +229,7 @@ def _persist(store: persist.KernelStore, state: KernelState, key: tuple, outcome
     try:
         store.store(key, outcome.best, outcome.timings, outcome.failures, outcome.measured, method, outcome.bench_time,
                     space=state.rankings[key][1], notes=request.found.notes, model=request.found.model,
-                    decision=outcome.decision, timer=engine.timer_of(request.found.timers))
+                    decision=outcome.decision, timer=engine.shown_timer(request))
     except OSError as exc:  # a full disk or an unwritable directory must not lose the tuning
         cache.warn_unwritable(store.name, store.dir, key, exc)
 

@@ -38,36 +38,40 @@ def verdict(view: View) -> tuple:
                 f"screening round, whose times are not comparable with a full measurement.")
         return "alone", "the only candidate", "It is the only candidate with a time."
     runner, decision = others[0], pick_reason.decision_of(view.record.get("decision"))
+    word = pick_reason.word(decision)
     slower = pick_reason.behind(pick["ms"], [runner["ms"]])
     if slower is not None:  # the pick is not the fastest shown: the rounds after the full measurement decided
         kind = "noise" if decision is not None and decision.get("tie") else "alone"
         reason = pick_reason.line(pick["ms"], [runner["ms"]], decision).split(": ", 1)[1]
-        return kind, f"{pick_reason.share(slower)} here, {pick_reason.word(decision)}", (
+        return kind, f"{pick_reason.share(-slower)} (the pick slower here), {word}", (
             f"In the full measurement {runner['label']} took {fmt_ms(runner['ms'])}, the pick "
-            f"{fmt_ms(pick['ms'])} ({pick_reason.share(slower)}). \x02Not the fastest shown\x03: {reason}.")
+            f"{fmt_ms(pick['ms'])}" + (f" ({slower:.1%} slower)" if slower < 1e10 else "")
+            + f". \x02Not the fastest shown\x03: {reason}.")
     margin = runner["ms"] / pick["ms"] - 1 if pick["ms"] > 0 else math.inf
-    text = (f"In the full measurement the runner-up {runner['label']} took {pick_reason.share(margin)} "
+    text = (f"In the full measurement the runner-up {runner['label']} {pick_reason.rival(margin, '')[1:]} "
             f"({fmt_ms(runner['ms'])} against {fmt_ms(pick['ms'])})")
-    then = f" Then the {pick_reason.sentence(decision)}." if decision is not None and decision.get("rounds") else ""
+    if decision is not None and decision.get("rounds"):  # the rounds decided: their margin and noise, labelled
+        kind = "noise" if decision.get("tie") else "clear"
+        return kind, f"{pick_reason.share(margin)}, {word}", f"{text}. Then the {pick_reason.sentence(decision)}."
+    decided = " The full measurement decided." if decision is not None else ""
     spreads = [r["p80"] - r["p20"] for r in (pick, runner) if r["p20"] is not None]
     if len(spreads) == 2:
         noise = max(spreads)
         ratio = f"the margin is {(runner['ms'] - pick['ms']) / noise:.2g}x the wider p20–p80 spread " \
             f"({fmt_ms(noise)})" if noise > 0 else "neither has any spread"
         clear = runner["p20"] > pick["p80"]
-        why = (f"the runner-up's p20 ({fmt_ms(runner['p20'])}) is above the pick's p80 ({fmt_ms(pick['p80'])})"
-               if clear else f"their p20–p80 ranges overlap (pick {fmt_ms(pick['p20'])}–{fmt_ms(pick['p80'])}, "
-               f"runner-up {fmt_ms(runner['p20'])}–{fmt_ms(runner['p80'])})")
-        why += f"; {ratio}"
+        said = (f"the runner-up's p20 ({fmt_ms(runner['p20'])}) is above the pick's p80 ({fmt_ms(pick['p80'])})"
+                if clear else f"their p20–p80 ranges overlap (pick {fmt_ms(pick['p20'])}–{fmt_ms(pick['p80'])}, "
+                f"runner-up {fmt_ms(runner['p20'])}–{fmt_ms(runner['p80'])})") + f"; {ratio}"
     elif decision is not None:  # one number per candidate: the decision's noise (measured or assumed) judges
         clear = margin > decision.get("noise", 0.0)
-        why = f"{pick_reason.noise(decision)}, against a margin of {pick_reason.share(margin)}"
+        said = pick_reason.noise(decision)
     else:
         return "noise", f"{pick_reason.share(margin)}, noise not recorded", (
-            f"{text}; no spread of the runs was recorded, so how much of that margin is noise is unknown.{then}")
+            f"{text}; no spread of the runs was recorded, so how much of that margin is noise is unknown.")
     label = "clear of the noise" if clear else "within the noise"
     return ("clear" if clear else "noise"), f"{pick_reason.share(margin)}, {label}", (
-        f"{text}. \x02{label[0].upper()}{label[1:]}\x03: {why}." + (" Either would do." if not clear else "") + then)
+        f"{text}. \x02{label[0].upper()}{label[1:]}\x03: {said}." + ("" if clear else " Either would do.") + decided)
 
 
 def why(view: View) -> str:
@@ -83,8 +87,9 @@ def why(view: View) -> str:
 _STEPS = {
     "compiling": re.compile(r"\bcompiled \d+ candidates in (\d+(?:\.\d+)?)s"),
     "screened": re.compile(r"\bscreened \d+ of \d+ candidates in (\d+(?:\.\d+)?)s"),
-    "second": re.compile(r"then the best \d+ for \d+ runs(?: \([^)]*\))? in (\d+(?:\.\d+)?)s"),  # loop.search
-    "measuring": re.compile(r"\bmeasured \d+ finalists(?: \([^)]*\))? in (\d+(?:\.\d+)?)s"),
+    # loop.search and loop.measure; a parenthesis may name a plugin, whose name may hold one itself
+    "second": re.compile(r"then the best \d+ for \d+ runs(?: \(.*?\))? in (\d+(?:\.\d+)?)s"),
+    "measuring": re.compile(r"\bmeasured \d+ finalists(?: \(.*?\))? in (\d+(?:\.\d+)?)s"),
 }
 
 

@@ -6,8 +6,9 @@ measured fully and those a screening round dropped, each on its own axis (a scre
 time is not comparable with a full measurement); the candidates on a grid of two tuned
 parameters (a heatmap) where the space has one; how long compiling, screening and measuring
 took, from the tuning's notes; where the pick came from; failures with their reasons, the timing
-method and the hardware. Entries of the same name and key tuned from different sources are told
-apart by their source's digest. No script, no network: the page opens anywhere, offline.
+method and the hardware. Entries of the same name and key are told apart by their source's digest
+(another version of the code), or said to hold the same code tuned over other candidates or
+settings. No script, no network: the page opens anywhere, offline.
 
 This module assembles the page (its style, the summary table and each entry's section);
 ``html_view`` reads each entry once, and ``html_charts`` draws the charts, the heatmap, the
@@ -20,7 +21,6 @@ import datetime as _dt
 import os
 from typing import Any, Optional
 
-from . import pick_reason
 from .html_charts import COLORS, chart, heatmap, timeline, verdict, why
 from .html_view import View, esc, fmt_ms
 
@@ -131,10 +131,11 @@ def _section(view: View, group: list) -> str:
     same = ""
     if len(group) > 1:
         others = [v for v in group if v is not view]
-        told = ", ".join(f"<a href=\"#{v.anchor}\">source {esc((v.source or 'unknown')[:16])}</a>" for v in others)
-        same = (f"<p class=\"same\">{len(group)} entries share this name and key, tuned from different sources "
-                f"(another version of the code): this one is source {esc((view.source or 'unknown')[:16])}; "
-                f"the others: {told}.</p>")
+        told = ", ".join(f"<a href=\"#{v.anchor}\">source {esc((v.source or 'unknown')[:16])}</a> ("
+                         + ("another version of the code" if v.source != view.source else
+                            "the same code, tuned over other candidates or with other settings") + ")" for v in others)
+        same = (f"<p class=\"same\">{len(group)} entries share this name and key: this one is source "
+                f"{esc((view.source or 'unknown')[:16])}; the others: {told}.</p>")
     origin = _origin(view)
     failures = [r for r in view.rows if r["round"] == "-"]
     table = ""
@@ -154,8 +155,9 @@ def _section(view: View, group: list) -> str:
 
 
 def _judged(record: dict) -> str:
-    """How the cost model did (its recall: was the best screened among those it kept?) and how the
-    pick was decided among the finalists. Both come from a file: shown only with the types written."""
+    """How the cost model did (its recall: was the best screened among those it kept?); it comes
+    from a file: shown only with the types written. (How the pick was decided among the finalists is
+    the "why this pick?" box's, ``html_charts.verdict``: one margin and one noise per measurement.)"""
     parts = []
     model = record.get("model") if isinstance(record.get("model"), dict) else {}
     if all(isinstance(model.get(k), int) for k in ("kept", "of", "screened")):
@@ -169,9 +171,6 @@ def _judged(record: dict) -> str:
         else:
             parts.append(("Cost model", f"its ranking did not match the times of the {model['kept']} it kept (rank "
                                         f"correlation {rho}), so the search went on without it"))
-    decision = pick_reason.decision_of(record.get("decision"))
-    if decision is not None and not decision.get("rounds"):  # with rounds, the "why this pick?" box tells it
-        parts.append(("Decision", pick_reason.sentence(decision)))
     return "".join(f"<p class=\"origin\"><b>{label}:</b> {esc(text)}</p>" for label, text in parts)
 
 

@@ -20,10 +20,13 @@ def decision_of(value: Any) -> Optional[dict]:
     if not isinstance(value, dict):
         return None
     numbers = all(isinstance(value.get(k), (int, float)) and not isinstance(value.get(k), bool)
-                  for k in ("noise", "rounds", "confidence"))
+                  and math.isfinite(value.get(k)) for k in ("noise", "rounds", "confidence"))
     margin = value.get("margin")
     if not numbers or not isinstance(value.get("tie"), bool) or not (
             margin is None or isinstance(margin, (int, float)) and not isinstance(margin, bool)):
+        return None
+    if not (isinstance(value["rounds"], int) and value["rounds"] >= 0 and 0 <= value["confidence"] <= 1
+            and 0 <= value["noise"] < 10):
         return None
     return value
 
@@ -39,14 +42,18 @@ def noise(decision: dict) -> str:
     value = decision.get("noise", 0.0)
     if decision.get("noise_known") is False:
         return f"noise not measured, {value:.1%} assumed"
+    if decision.get("noise_capped") is True:
+        return f"noise at its {value:.1%} cap, the runs spreading more"
     return f"noise {value:.1%}"
 
 
 def rival(margin: Optional[float], who: str = "the closest other") -> str:
     """How the closest other finalist did against the pick, in words that carry the sign: the pick
     of a tie may be the slower one."""
-    if margin is None or not math.isfinite(margin):
+    if margin is None:
         return "no runner-up"
+    if not math.isfinite(margin) or abs(margin) >= 1e10:  # a time of 0 (a file's, or a timer's)
+        return f"{who} took longer" if margin > 0 else f"{who} was faster"
     return f"{who} took {margin:.1%} longer" if margin >= 0 else f"{who} was {-margin:.1%} faster"
 
 
@@ -55,6 +62,9 @@ def sentence(decision: dict) -> str:
     margin is the one the decision used: over the rounds where there were rounds."""
     margin = decision.get("margin")
     rounds = decision.get("rounds", 0)
+    if decision.get("rounds_failed"):
+        return (f"the rounds to settle the finalists stopped working after {rounds} (they failed, on this rank or "
+                f"another): the full measurement decided ({noise(decision)})")
     if not rounds:
         return f"pick clear of the rest ({rival(margin, 'the runner-up')}; {noise(decision)})"
     ahead = "no runner-up" if margin is None else f"over the rounds {rival(margin)}"
@@ -71,7 +81,7 @@ def behind(pick_ms: Optional[float], others_ms: Iterable[Optional[float]]) -> Op
     finite = [t for t in others_ms if t is not None and math.isfinite(t)]
     if pick_ms is None or not math.isfinite(pick_ms) or not finite or min(finite) >= pick_ms:
         return None
-    return pick_ms / min(finite) - 1 if min(finite) > 0 else math.inf
+    return pick_ms / min(finite) - 1 if min(finite) > 0 else math.inf  # inf: another timed at 0 (a file's)
 
 
 def line(pick_ms: Optional[float], others_ms: Iterable[Optional[float]], decision: Any) -> Optional[str]:
@@ -80,10 +90,12 @@ def line(pick_ms: Optional[float], others_ms: Iterable[Optional[float]], decisio
     slower = behind(pick_ms, others_ms)
     if slower is None:
         return None
-    head = f"why this pick, {share(slower)[1:]} slower here:"
+    head = f"why this pick, {slower:.1%} slower here:" if slower < 1e10 else "why this pick, slower here:"
     decision = decision_of(decision)
-    if decision is None or not decision.get("rounds"):
+    if decision is None:
         return f"{head} no decision between finalists was recorded with it (an older entry, or another tuner's pick)"
+    if not decision.get("rounds") or decision.get("rounds_failed"):
+        return f"{head} the decision recorded with it ({sentence(decision)}) does not match these times"
     if decision.get("tie"):
         return (f"{head} too close to call over {decision['rounds']} interleaved rounds ({noise(decision)}); "
                 "a tie goes to the first in the configs' order, the same in every process")
@@ -96,4 +108,6 @@ def word(decision: Any) -> str:
     decision = decision_of(decision)
     if decision is None:
         return "-"
+    if decision.get("rounds_failed"):
+        return "clear"  # the full measurement decided
     return "tie" if decision.get("tie") else "rounds" if decision.get("rounds") else "clear"

@@ -29,13 +29,16 @@ def format_record(record) -> str:
     lines += [f"   {note}" for note in getattr(record, "notes", [])]
     fully = {id(c) for c in getattr(record, "measured", [])}
     head, screened, full_ms = [], [], []  # screened: dropped after a short screening round; not comparable
+    def is_pick(config) -> bool:  # a function-level hit's pick is a description made anew: equal, not the same
+        return config is record.best_config or isinstance(config, str) and config == record.best_config
+
     for config, timing in record.timings.items():
-        mark = "*" if config is record.best_config else " "
+        mark = "*" if is_pick(config) else " "
         shown = f"{timing[0]:.4f} ms" if math.isfinite(timing[0]) else f"failed: {record.failures.get(config, 'inf')}"
         line = f" {mark} {config}: {shown}"
         is_screened = fully and id(config) not in fully and math.isfinite(timing[0])
         (screened if is_screened else head).append(line)
-        if not is_screened and config is not record.best_config:
+        if not is_screened and not is_pick(config):
             full_ms.append(timing[0])
     pick = record.timings.get(record.best_config, [None])[0] if record.best_config in record.timings else None
     why = pick_reason.line(pick, full_ms, getattr(record, "decision", None))

@@ -109,9 +109,9 @@ def _note(model: dict) -> str:
     if not model["trusted"]:
         return (f"cost model: its {model['kept']} likeliest of {model['of']} were not faster than the others "
                 "it was checked on, so the search went on without it")
-    found = "one of them" if model["recall"] else "found by searching around them (not one of them)"
-    return (f"cost model: timed its {model['kept']} likeliest of {model['of']}, then their neighbours "
-            f"({model['screened']} timed in all); the fastest timed was {found}")
+    found = "one of them" if model["recall"] else "not one of them"
+    return (f"cost model: timed its {model['kept']} likeliest of {model['of']} ({model['screened']} timed in "
+            f"all); the fastest timed was {found}")
 
 
 def _spearman(xs: list, ys: list) -> Optional[float]:

@@ -134,6 +134,8 @@ def _check(record: dict, kind: str) -> None:
         if name in record:
             f.plain_dict(record[name], name)
     f.text(record.get("timer"), "timer", optional=True)
+    if isinstance(record.get("timer"), str) and (len(record["timer"]) > 200 or not record["timer"].isprintable()):
+        f.fail("timer", "is not a short line of text (at most 200 printable characters)")
     for name in ("space", "notes"):
         for i, d in enumerate(f.a_list(record[name], name) if name in record else []):
             f.text(d, f"{name}[{i}]")
