@@ -18,7 +18,7 @@ import pluggy
 from . import distributed, hookspecs, timing
 from .hookspecs import PROJECT, hookimpl  # noqa: F401  (re-exported: triton_dist_plugin.hookimpl)
 from .reporting import report
-from .store import filestore, records
+from .store import filestore, records, tables
 from .tiling.generate import BuiltinGenerator
 
 _pm: Optional[pluggy.PluginManager] = None
@@ -41,7 +41,10 @@ def plugin_manager() -> pluggy.PluginManager:
                 pm.register(distributed.MaxReduce(), name="tdp.reduce")
                 pm.register(report.Reporter(), name="tdp.report")
                 pm.register(BuiltinGenerator(), name="tdp.generate")
+                # Both trylast, so called in this order: this machine's files, then the tables
+                # installed libraries ship.
                 pm.register(filestore.FileStore(), name=filestore.NAME)
+                pm.register(tables.TableStore(), name="tdp.tables")
                 from .search.model import BuiltinModel
                 from .search.strategy import BuiltinSearch  # it calls back into the bus
 

@@ -214,6 +214,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TRITON_DIST_AUTOTUNE_MANIFEST", "path", "unset",
             "a manifest from `triton-dist-tune export`, imported into the cache before the first lookup; entries "
             "from other hardware or versions are skipped with a warning", lambda raw: raw, "a file path"),
+    Setting("TRITON_DIST_AUTOTUNE_TABLES", "0/1", "`1`",
+            "`0`: ignore the pick tables installed libraries ship (entry-point group "
+            "`triton_dist_plugin.tables`, see picks.md); `1`: use them after this machine's own picks",
+            _bit(True), "0 or 1"),
     Setting("TRITON_DIST_AUTOTUNE_DIR", "path", "`$HOME/.triton_dist/autotune`",
             "where the function-level picks and the misses log (`misses.jsonl`) are kept; set, it also holds the "
             "kernel-level picks, in `<dir>/kernels/` (unset, they are kept in Triton's cache directory, "

@@ -11,7 +11,6 @@ the versions, the entry's id) is described in :mod:`.describe`.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import os
 import re
 import stat
@@ -22,6 +21,7 @@ from typing import Any, Callable, Optional
 from .. import _callsite, bus, settings
 from ..hook_objects import CacheEntry
 from . import describe, filestore, fingerprint, records
+from .describe import safe_name  # noqa: F401  (where the stores and tests name it)
 
 ROOT_ENV = "TRITON_DIST_AUTOTUNE_DIR"
 ALWAYS_TUNE_ENV = "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE"
@@ -45,14 +45,6 @@ def kernel_root() -> Path:
 def kernel_base() -> Path:
     """The folder holding ``kernels/`` (what a manifest's kernel entries are relative to)."""
     return cache_root() if settings.value(ROOT_ENV) else fingerprint.triton_cache_dir() / "triton_dist"
-
-
-def safe_name(name: str) -> str:
-    """A directory name for ``name``: unsafe characters replaced, a digest added if anything changed."""
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip(".") or "function"
-    if safe != name or len(safe) > 100:
-        safe = f"{safe[:100]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
-    return safe
 
 
 _blocked: dict = {}  # a cache root's text -> what stands where it or a folder above it must be, or None

@@ -198,3 +198,11 @@ def entry_digest(source: str, hw: dict, key_text: str, context: Optional[dict] =
     checked against it."""
     parts = [source, hw, key_text] + ([context] if context is not None else [])
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def safe_name(name: str) -> str:
+    """A directory name for ``name``: unsafe characters replaced, a digest added if anything changed."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip(".") or "function"
+    if safe != name or len(safe) > 100:
+        safe = f"{safe[:100]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+    return safe

@@ -1,0 +1,136 @@
+"""Pick tables a library ships (``store/tables.py``): a real distribution on the path declares its
+table in the ``triton_dist_plugin.tables`` entry-point group, and a fresh process that launches the
+kernel takes the table's pick without timing anything, with no setting and no code of its own; the
+machine's own picks come first, a stale or damaged table is refused with one warning, and
+``TRITON_DIST_AUTOTUNE_TABLES=0`` ignores it."""
+
+import json
+import os
+
+import pytest
+import torch
+import triton
+from helpers import DEVICE, python, run_cli
+
+from kernels import KERNELS
+from triton_dist_plugin import hookimpl
+
+ADD = KERNELS["add"]
+
+CHILD = r"""
+import json, os, sys, warnings
+import torch, triton
+import triton_dist_plugin as tdp
+from kernels import KERNELS
+
+class Count:
+    timed = 0
+    @tdp.hookimpl(tryfirst=True)
+    def tdp_time_candidate(self, request):
+        Count.timed += 1
+    @tdp.hookimpl
+    def tdp_on_tuned(self, record):
+        Count.record = record
+
+tdp.register(Count())
+add = KERNELS["add"]
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    kernel = triton.autotune(configs=add.configs("cpu"), key=add.key)(add.jit)
+    x, y = add.make_inputs("tiny", "cpu")
+    assert torch.equal(add.launch(kernel, x, y), x + y)
+print(json.dumps({"timed": Count.timed, "hit": Count.record.cache_hit, "pick": kernel.best_config.kwargs["BLOCK"],
+                  "warnings": [str(w.message) for w in caught if "pick table" in str(w.message)]}))
+"""
+
+
+class Prefer:
+    """Makes one BLOCK the fastest, so a pick says which tuning made it."""
+
+    def __init__(self, block):
+        self.block = block
+
+    @hookimpl(tryfirst=True)
+    def tdp_time_candidate(self, request):
+        request.call()
+        return 1.0 if request.config.kwargs["BLOCK"] == self.block else 2.0
+
+
+def _picks(plugins, monkeypatch, tmp_path, block) -> list:
+    """The add kernel's picks, tuned here (in a cache of their own) to take ``block``, as
+    ``export`` writes them."""
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_DIR", str(tmp_path / f"tuned-{block}"))
+    timer = Prefer(block)
+    plugins(timer)
+    kernel = triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit)
+    x, y = ADD.make_inputs("tiny", DEVICE)
+    torch.testing.assert_close(ADD.launch(kernel, x, y), x + y)
+    out = tmp_path / f"picks-{block}.json"
+    assert run_cli("export", "--kernels", "-o", str(out)).returncode == 0
+    from triton_dist_plugin import unregister
+
+    unregister(timer)
+    return json.loads(out.read_text())
+
+
+def _library(tmp_path, items) -> str:
+    """``mylib``, installed on a path of its own: its package holds the table, its dist-info
+    declares it."""
+    site = tmp_path / "site"
+    (site / "mylib").mkdir(parents=True)
+    (site / "mylib" / "__init__.py").write_text(
+        "from pathlib import Path\nTABLE = Path(__file__).with_name('picks.json')\n")
+    (site / "mylib" / "picks.json").write_text(json.dumps(items))
+    info = site / "mylib-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mylib\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[triton_dist_plugin.tables]\nmylib = mylib:TABLE\n")
+    return str(site)
+
+
+def _child(tmp_path, site, own: str = "own", **env) -> dict:
+    paths = os.pathsep.join([site, os.environ.get("PYTHONPATH", ""), str(os.path.dirname(os.path.dirname(__file__)))])
+    done = python("-c", CHILD, env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": paths,
+                                    "TRITON_DIST_AUTOTUNE_DIR": str(tmp_path / own), **env})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def table(plugins, monkeypatch, tmp_path):
+    items = _picks(plugins, monkeypatch, tmp_path, 256)
+    assert [i["record"]["pick_config"] for i in items if "record" in i][0].startswith("Config(BLOCK=256")
+    return items
+
+
+def test_a_library_table_is_used_before_any_tuning_and_the_machines_own_pick_comes_first(table, plugins, monkeypatch,
+                                                                                         tmp_path):
+    site = _library(tmp_path, table)
+    assert _child(tmp_path, site) == {"timed": 0, "hit": True, "pick": 256, "warnings": []}
+    assert _child(tmp_path, site, "strict", TRITON_DIST_AUTOTUNE_FROZEN="strict")["pick"] == 256  # frozen serves it
+    ignored = _child(tmp_path, site, "off", TRITON_DIST_AUTOTUNE_TABLES="0")
+    assert ignored["timed"] > 0 and not ignored["hit"] and ignored["warnings"] == [], ignored
+    # A pick of this machine's own (imported here) is taken over the library's.
+    own = tmp_path / "own-128.json"
+    own.write_text(json.dumps(_picks(plugins, monkeypatch, tmp_path, 128)))
+    assert run_cli("import", str(own), env={"TRITON_DIST_AUTOTUNE_DIR": str(tmp_path / "mine")}).returncode == 0
+    assert _child(tmp_path, site, "mine") == {"timed": 0, "hit": True, "pick": 128, "warnings": []}
+
+
+def test_a_stale_or_damaged_table_is_refused_with_one_warning(table, tmp_path):
+    stale = json.loads(json.dumps(table))
+    for item in stale:
+        if "record" in item:
+            item["record"]["hardware"]["machine"] = "another-machine"
+    seen = _child(tmp_path, _library(tmp_path / "stale", stale), "a")
+    assert seen["timed"] > 0 and not seen["hit"] and seen["pick"] != 256, seen
+    (warning,) = seen["warnings"]
+    assert "mylib" in warning and "none of its 1 entries was made for this machine" in warning, warning
+    damaged = json.loads(json.dumps(table))
+    for item in damaged:
+        if "record" in item:
+            item["record"]["pick"] = 99  # no such candidate
+    seen = _child(tmp_path, _library(tmp_path / "damaged", damaged), "b")
+    assert seen["timed"] > 0 and not seen["hit"], seen
+    (warning,) = seen["warnings"]
+    assert "1 of 1 entries refused" in warning and "pick" in warning, warning
