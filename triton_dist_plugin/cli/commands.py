@@ -180,6 +180,10 @@ def _run(args: argparse.Namespace, reader: Reader, matching: Iterator[Entry]) ->
         return _no_match(args.command, args.name, args.exact, bool(reader.found or reader.unreadable))
     if args.command == "show":
         print(cmd_show(entries))
+    elif args.command == "cover":
+        from .cover import render
+
+        print(render(entries, args.k) or f"{_nothing(args)} ({_looked(args)})")
     elif args.command == "export":
         text = cmd_export(entries, args.format)
         if args.output is not None:

@@ -12,7 +12,8 @@ ENTRY_COMMANDS = (("list", "list the entries (every one, or those matching NAME)
                   ("show", "show every candidate of the entries matching NAME"),
                   ("export", "write a manifest of the matching entries"),
                   ("clear", "delete the matching entries, naming each (-n: only name them)"),
-                  ("report", "write one self-contained HTML page with a chart per entry"))
+                  ("report", "write one self-contained HTML page with a chart per entry"),
+                  ("cover", "the K configs that serve each matching kernel's tuned keys best"))
 #: the other commands: (one-line help, description)
 OTHER_COMMANDS = {
     "import": ("copy the picks of an exported manifest into the cache",
@@ -37,6 +38,16 @@ _NAME_HELP = "only entries whose name contains this (with --exact: whose name is
 _EXACT_HELP = "NAME is the whole name, not a part of it"
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
+
+
 def build() -> argparse.ArgumentParser:
     """The parser of every command and option."""
     parser = argparse.ArgumentParser(
@@ -59,6 +70,10 @@ def build() -> argparse.ArgumentParser:
         if name in ("export", "report"):
             p.add_argument("-o", "--output", required=name == "report", metavar="FILE",
                            help="file to write" + (" (default: standard output)" if name == "export" else ""))
+        if name == "cover":
+            p.add_argument("-k", type=_at_least_one, default=4, metavar="K",
+                           help="how many configs to choose (default 4); each key is served by the best of them "
+                                "measured there")
         if name == "clear":
             p.add_argument("--all", action="store_true",
                            help="required to clear everything when no NAME is given (--kernels or --functions "
