@@ -39,8 +39,11 @@ with warnings.catch_warnings(record=True) as caught:
     kernel = triton.autotune(configs=add.configs("cpu"), key=add.key)(add.jit)
     x, y = add.make_inputs("tiny", "cpu")
     assert torch.equal(add.launch(kernel, x, y), x + y)
+from triton_dist_plugin.reporting.report import format_record
+said = format_record(Count.record).splitlines()[2]
 print(json.dumps({"timed": Count.timed, "hit": Count.record.cache_hit, "pick": kernel.best_config.kwargs["BLOCK"],
-                  "warnings": [str(w.message) for w in caught if "pick table" in str(w.message)]}))
+                  "warnings": [str(w.message) for w in caught if "pick table" in str(w.message)],
+                  "table": "from a pick table an installed library ships" in said}))
 """
 
 
@@ -106,7 +109,7 @@ def table(plugins, monkeypatch, tmp_path):
 def test_a_library_table_is_used_before_any_tuning_and_the_machines_own_pick_comes_first(table, plugins, monkeypatch,
                                                                                          tmp_path):
     site = _library(tmp_path, table)
-    assert _child(tmp_path, site) == {"timed": 0, "hit": True, "pick": 256, "warnings": []}
+    assert _child(tmp_path, site) == {"timed": 0, "hit": True, "pick": 256, "warnings": [], "table": True}
     assert _child(tmp_path, site, "strict", TRITON_DIST_AUTOTUNE_FROZEN="strict")["pick"] == 256  # frozen serves it
     ignored = _child(tmp_path, site, "off", TRITON_DIST_AUTOTUNE_TABLES="0")
     assert ignored["timed"] > 0 and not ignored["hit"] and ignored["warnings"] == [], ignored
@@ -114,7 +117,7 @@ def test_a_library_table_is_used_before_any_tuning_and_the_machines_own_pick_com
     own = tmp_path / "own-128.json"
     own.write_text(json.dumps(_picks(plugins, monkeypatch, tmp_path, 128)))
     assert run_cli("import", str(own), env={"TRITON_DIST_AUTOTUNE_DIR": str(tmp_path / "mine")}).returncode == 0
-    assert _child(tmp_path, site, "mine") == {"timed": 0, "hit": True, "pick": 128, "warnings": []}
+    assert _child(tmp_path, site, "mine") == {"timed": 0, "hit": True, "pick": 128, "warnings": [], "table": False}
 
 
 def test_a_stale_or_damaged_table_is_refused_with_one_warning(table, tmp_path):

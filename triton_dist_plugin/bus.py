@@ -144,7 +144,17 @@ def where(entry: Any, store: str) -> str:
     """The entry as a warning names it: its file, or its id in the store that answered."""
     if store == filestore.NAME:
         return str(entry.path)
-    return f"{entry.kind}:{entry.name}:{entry.digest} (from the store {store!r})"
+    return f"{entry.kind}:{entry.name}:{entry.digest}{_FROM}{store!r})"
+
+
+_FROM = " (from the store "
+
+
+def store_of(where_text: str) -> Optional[str]:
+    """The store ``where`` named, where it was not the file store; None for a file."""
+    if _FROM not in where_text or not where_text.endswith("')"):
+        return None
+    return where_text.rsplit(_FROM, 1)[1][1:-2]
 
 
 def cache_put(entry: Any, record: dict) -> None:

@@ -28,7 +28,7 @@ import threading
 import warnings
 from typing import Any, Callable, Optional
 
-from . import _callsite, _compat, distributed, engine, frozen, job, settings
+from . import _callsite, _compat, bus, distributed, engine, frozen, job, settings
 from .function_keys import _ADDRESS, _hashable, _require_value_key, _short, _unhashable
 from .hook_objects import TuningRequest
 from .reporting import report
@@ -263,7 +263,8 @@ class FunctionJob(job.Job):
         if outcome is None:  # a hit: the stored entry's timings (another rank's hit: none here)
             engine.record(self.request, None, describe.describe(best), found.timings if found else {},
                           method=self.method, cache_hit=True, measured=found.measured if found else None,
-                          decision=found.decision if found else None, timer=found.timer if found else None)
+                          decision=found.decision if found else None, timer=found.timer if found else None,
+                          stored_in=bus.store_of(found.where) if found else None)
             return
         named = engine.Outcome(best=reprs[outcome.best], timings={reprs[i]: t for i, t in outcome.timings.items()},
                                failures={reprs[i]: r for i, r in outcome.failures.items()},

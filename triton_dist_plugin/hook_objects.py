@@ -178,6 +178,9 @@ class TuningRecord:
     #: what timed the candidates where it was not the built-in timer of ``method``: the plugins
     #: whose ``tdp_time_candidate`` answered (``"plugin 'name'"``), or the kernel's own do_bench
     timer: Optional[str] = None
+    #: a cache hit's store, where it is not this machine's files: the store that answered (a cache
+    #: store's, or ``tdp.tables``: a table an installed library ships)
+    stored_in: Optional[str] = None
 
 
 @dataclass(frozen=True)

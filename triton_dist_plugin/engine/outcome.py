@@ -40,7 +40,7 @@ def shown_timer(request: TuningRequest) -> Optional[str]:
 
 def record(request: TuningRequest, outcome: Optional[Outcome], best: Any, timings: dict, *, method: str,
            cache_hit: bool, measured: Optional[list] = None, decision: Optional[dict] = None,
-           timer: Optional[str] = None) -> TuningRecord:
+           timer: Optional[str] = None, stored_in: Optional[str] = None) -> TuningRecord:
     """Build the record of a finished tuning and hand it to every ``tdp_on_tuned`` observer; what
     the tuning found out (its notes, the model's verdict, what timed) comes from ``request.found``.
     Without an outcome (a cache hit), ``measured``, ``decision`` and ``timer`` are the stored entry's."""
@@ -50,7 +50,7 @@ def record(request: TuningRequest, outcome: Optional[Outcome], best: Any, timing
         cache_hit=cache_hit, method=method, device=request.device, autotuner=request.autotuner,
         notes=list(request.found.notes), measured=list(outcome.measured) if outcome else list(measured or []),
         model=request.found.model, decision=outcome.decision if outcome else decision,
-        timer=shown_timer(request) if outcome else timer,
+        timer=shown_timer(request) if outcome else timer, stored_in=None if outcome else stored_in,
     )
     bus.notify(rec)
     return rec

@@ -10,6 +10,14 @@ from ..hookspecs import hookimpl
 from . import pick_reason
 
 
+def _stored(record) -> str:
+    """Where a hit's pick was read: the disk cache, a cache store, or a library's pick table."""
+    store = getattr(record, "stored_in", None)
+    if store == "tdp.tables":
+        return "a pick table an installed library ships"
+    return f"the cache store {store!r}" if store else "the disk cache"
+
+
 def format_record(record) -> str:
     """Every candidate with its time or failure, the pick marked, as a few readable lines.
 
@@ -23,7 +31,7 @@ def format_record(record) -> str:
         f"Triton autotuning for function {record.kernel_name},",
         f"with key as {record.key},",
         f"finished after {record.bench_time or 0.0:.2f}s ({timer} on {record.device}"
-        + (", from the disk cache: the times of the tuning that stored it" if record.cache_hit else "")
+        + (f", from {_stored(record)}: the times of the tuning that stored it" if record.cache_hit else "")
         + "),",
     ]
     lines += [f"   {note}" for note in getattr(record, "notes", [])]
