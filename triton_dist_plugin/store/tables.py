@@ -21,6 +21,7 @@ stored one. ``TRITON_DIST_AUTOTUNE_TABLES=0`` ignores every table.
 
 from __future__ import annotations
 
+import copy
 import threading
 import warnings
 from pathlib import Path
@@ -118,4 +119,5 @@ class TableStore:
         if not settings.value(ENV):
             return None
         path = Path(entry.path)
-        return entries().get((entry.kind, path.parent.name, path.stem))
+        record = entries().get((entry.kind, path.parent.name, path.stem))
+        return copy.deepcopy(record) if record is not None else None  # the table's own stays as read
