@@ -82,9 +82,11 @@ def mode() -> Optional[str]:
 
 
 def on_miss(name: str, key: Any, tuned: dict, first: Any, autotuner: Any = None, device: str = "",
-            ahead: str = "") -> Any:
+            ahead: str = "", favoured: Any = None) -> Any:
     """Frozen mode's answer to a miss: raise (``strict``) or the config to launch (``nearest``).
-    ``ahead``: how to tune this key ahead, where it is not the plugin's own store that keeps picks."""
+    ``ahead``: how to tune this key ahead, where it is not the plugin's own store that keeps picks;
+    ``favoured``: the config the stored keys around it favour, where the data trusts that over the
+    nearest key's pick (``store/predict``)."""
     if mode() == "strict":
         record_miss(name, key, "strict")
         ahead = ahead or (f"run this launch once without {FROZEN_ENV} (the pick persists on disk for every later "
@@ -94,7 +96,7 @@ def on_miss(name: str, key: Any, tuned: dict, first: Any, autotuner: Any = None,
             f"set {FROZEN_ENV}=nearest to launch the nearest tuned key's pick. 'triton-dist-tune misses' lists every "
             "key this met.")
     return _substitute(name, key, tuned, first, autotuner, device, "frozen mode", f"{FROZEN_ENV}=nearest",
-                       "Tune it ahead to use its own pick.")
+                       "Tune it ahead to use its own pick.", favoured)
 
 
 def shared_pick(group: Any, config: Any, known: list, name: str) -> Any:
@@ -107,10 +109,12 @@ def shared_pick(group: Any, config: Any, known: list, name: str) -> Any:
     return next((c for c in known if describe.describe(c) == chosen), config)
 
 
-def _substitute(name, key, tuned, first, autotuner, device, where, setting, advice) -> Any:
+def _substitute(name, key, tuned, first, autotuner, device, where, setting, advice, favoured=None) -> Any:
     near = keys.nearest(list(tuned), key)
     config = tuned[near] if near is not None else first
     source = f"the pick for the nearest tuned key {near}" if near is not None else "the first config"
+    if favoured is not None:  # the stored keys around it agree on another config, and held out, it did better
+        config, source = favoured, "the config the tuned keys around it favour"
     warnings.warn(f"{name}: key {key} was never tuned ({where}); launching {source} ({config}) without tuning "
                   f"({setting}). {advice}", RuntimeWarning, stacklevel=_callsite.stacklevel())
     request = TuningRequest(name, key, device, autotuner=autotuner)

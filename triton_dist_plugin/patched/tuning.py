@@ -95,11 +95,12 @@ class KernelJob(job.Job):
 
     def frozen_miss(self) -> Any:
         instance, state, key, configs = self.instance, self.state, self.key, self.configs
-        near = self.store.nearest_pick(key, configs) if self.store is not None else None  # from the index: no scan
+        near = self.store.frozen_pick(key, configs) if self.store is not None else None  # from the index: no scan
         # Keys tuned in this process, not those given a substitute in frozen mode (no chain of guesses).
         tuned = {**({near[0]: near[1]} if near is not None else {}),
                  **{k: c for k, c in instance.cache.items() if k not in state.substituted}}
-        config = frozen.on_miss(state.name, key, tuned, configs[0], instance, self.request.device)
+        config = frozen.on_miss(state.name, key, tuned, configs[0], instance, self.request.device,
+                                favoured=near[1] if near is not None and near[2] else None)
         instance.cache[key] = frozen.shared_pick(self.group, config, [*configs, *tuned.values()], state.name)
         state.substituted.add(key)
         return instance.cache[key]

@@ -26,16 +26,19 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from pathlib import Path
 from typing import Any, Optional
 
 from .. import _compat, settings
-from . import cache, describe, filestore, fingerprint, index, keys, manifest, records
+from . import cache, describe, filestore, fingerprint, index, keys, manifest, predict, records
 
 ENV = "TRITON_DIST_AUTOTUNE_PERSIST"
 FORMAT = cache.FORMAT  # the same record layout as function-level entries
 DIRECTORY = "kernels"
 TRIES = 8  # the most entries a lookup of the nearest stored key reads
+_READ: dict = {}  # (folder, name) -> (size, mtime, what _usable found): frozen mode's neighbours, read once
+_READ_MOST = 64
 
 
 def context(device: str, configs: list, method: str, accuracy: bool, isolated: bool) -> dict:
@@ -109,10 +112,10 @@ class KernelStore(cache.EntryStore):
         return record.get("kernel") == self.name and record.get("source") == self.source and \
             record.get("hardware") == self.hw
 
-    def _nearest(self, key: Any, picks: Optional[set] = None, itself: bool = True):
+    def _nearest(self, key: Any, picks: Optional[set] = None, itself: bool = True, reuse: bool = False):
         """``(stored key, record)`` of the stored keys nearest ``key`` that pass every check,
         nearest first (``itself``: ``key`` too, stored under other candidates): at most ``TRIES``
-        entries are read, each once."""
+        entries are read, each once (``reuse``: once per process, while unchanged on disk)."""
         signature = keys.signature(key)
         if signature is None:
             return
@@ -125,17 +128,39 @@ class KernelStore(cache.EntryStore):
             if len(seen) >= TRIES:
                 return
             seen.add(name)
-            found = self._usable(filestore.read_json(self.dir / name, self.root), name, key, claimed)
+            found = self._read(name, key, claimed) if reuse else \
+                self._usable(filestore.read_json(self.dir / name, self.root), name, key, claimed)
             if found is not None and (itself or not _same_key(found[0], key)):
                 yield found
 
-    def _usable(self, record: Any, name: str, key: Any, claimed: float) -> Optional[tuple]:
+    def _read(self, name: str, key: Any, claimed: float) -> Optional[tuple]:
+        """``_usable`` of the entry ``name``, its file read (and checked) once for the process while
+        its size and time stay: frozen mode's misses read the same neighbours again and again."""
+        try:
+            st = os.stat(self.dir / name, follow_symlinks=False)
+        except OSError:
+            return None
+        held = _READ.get((str(self.dir), name))
+        if held is None or held[:2] != (st.st_size, st.st_mtime_ns):
+            record = filestore.read_json(self.dir / name, self.root)
+            try:
+                held = (st.st_size, st.st_mtime_ns, records.check(record, "kernel"), record)
+            except records.RecordError:
+                held = (st.st_size, st.st_mtime_ns, None, record)
+            if len(_READ) >= _READ_MOST:
+                _READ.pop(next(iter(_READ)))
+            _READ[(str(self.dir), name)] = held
+        return self._usable(held[3], name, key, claimed, checked=held[2])
+
+    def _usable(self, record: Any, name: str, key: Any, claimed: float, checked: Any = False) -> Optional[tuple]:
         """``(its key, the record in this version's layout)`` if ``record`` is a valid entry of
         this kernel, source, hardware and setting at its own place, as far from ``key`` as the
-        index claimed."""
+        index claimed. ``checked``: ``records.check`` of it, already made (None: it failed)."""
         try:
-            current = records.check(record, "kernel")
+            current = records.check(record, "kernel") if checked is False else checked
         except records.RecordError:
+            return None
+        if current is None:
             return None
         if not self._ours(current) or not _same_setting(current["context"], self.context):
             return None
@@ -157,6 +182,24 @@ class KernelStore(cache.EntryStore):
             if record["pick_config"] in described:
                 return stored, described[record["pick_config"]]
         return None
+
+    def frozen_pick(self, key: Any, configs: list) -> Optional[tuple[Any, Any, bool]]:
+        """``(stored key, config, weighted)`` for frozen mode's nearest: from the stored keys nearest
+        ``key`` whose picks are still among ``configs``, the config ``predict.choose`` gives (the
+        nearest key's pick, or where the data trusts it the one good across them: ``weighted``),
+        with the nearest of those keys; None if there is none."""
+        described = {describe.describe(c): c for c in configs}
+        neighbours = []
+        for stored, record in self._nearest(key, {index.pick_digest(d) for d in described}, reuse=True):
+            if record["pick_config"] in described:
+                neighbours.append((stored, predict.measured(record), record["pick_config"]))
+            if len(neighbours) >= predict.MOST:
+                break
+        if not neighbours:
+            return None
+        pick, trusted = predict.choose(key, neighbours, list(described))
+        nearest = min(neighbours, key=lambda n: keys.distance(key, n[0]))
+        return nearest[0], described[pick if pick in described else nearest[2]], trusted
 
     def nearest_ranking(self, key: Any) -> Optional[tuple[Any, tuple[list, Optional[list]]]]:
         """``(stored key, (ranking, space))`` of the nearest stored key: its candidates
