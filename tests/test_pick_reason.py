@@ -111,6 +111,8 @@ def test_one_wording_for_every_decision(decision, expect):
     said = pick_reason.line(1.01, [2.0, 1.0, None], decision)
     assert said.startswith("why this pick, 1.0% slower here: ") and expect in said, said
     assert "\n" not in said and len(said) < 200
+    assert pick_reason.line(1.00012, [1.0], decision).startswith("why this pick, 0.01% slower here: ")
+    assert pick_reason.line(1.00001, [1.0], decision).startswith("why this pick, less than 0.01% slower here: ")
 
 
 def _view(pick_ms, runner_ms, decision, spread=None):

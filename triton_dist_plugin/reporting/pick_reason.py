@@ -84,13 +84,18 @@ def behind(pick_ms: Optional[float], others_ms: Iterable[Optional[float]]) -> Op
     return pick_ms / min(finite) - 1 if min(finite) > 0 else math.inf  # inf: another timed at 0 (a file's)
 
 
+def _small(fraction: float) -> str:
+    """A small relative difference with the digits that tell it from none (ties are this close)."""
+    return "less than 0.01%" if fraction < 1e-4 else f"{fraction:.2%}" if fraction < 1e-3 else f"{fraction:.1%}"
+
+
 def line(pick_ms: Optional[float], others_ms: Iterable[Optional[float]], decision: Any) -> Optional[str]:
     """One short line for a view that shows the pick slower than another candidate measured fully;
     None where it shows the pick fastest."""
     slower = behind(pick_ms, others_ms)
     if slower is None:
         return None
-    head = f"why this pick, {slower:.1%} slower here:" if slower < 1e10 else "why this pick, slower here:"
+    head = f"why this pick, {_small(slower)} slower here:" if slower < 1e10 else "why this pick, slower here:"
     decision = decision_of(decision)
     if decision is None:
         return f"{head} no decision between finalists was recorded with it (an older entry, or another tuner's pick)"
