@@ -77,3 +77,7 @@ def test_greedy_matches_the_best_cover_on_small_grids(k):
         best = min(cover._cost(times, list(s))[1] for s in itertools.combinations(configs, k))
         got = cover._cost(times, cover.choose(times, k))[1]
         assert got == best if k == 1 else got <= best * 1.10, (got, best)
+
+
+def test_odd_key_texts_sort_without_failing():
+    assert cover._natural("('1\u00b22',)") and cover._natural("(300,)") < cover._natural("(1000,)")

@@ -91,3 +91,8 @@ def test_the_same_neighbours_give_the_same_pick_in_any_order_of_reading(seed):
     grid = _grid()
     random.Random(seed).shuffle(grid)
     assert predict.choose((3100,), grid, ORDER) == ("A", True)
+
+
+def test_neighbours_as_far_as_each_other_give_one_pick_in_either_order():
+    a, b = ((1000, 4000), {"A": 1.0, "B": 1.1}, "A"), ((4000, 1000), {"A": 1.1, "B": 1.0}, "B")
+    assert predict.choose((2000, 2000), [a, b], ORDER) == predict.choose((2000, 2000), [b, a], ORDER)

@@ -76,13 +76,13 @@ def _picks(plugins, monkeypatch, tmp_path, block) -> list:
     return json.loads(out.read_text())
 
 
-def _library(tmp_path, items) -> str:
+def _library(tmp_path, items, init: str = "from pathlib import Path\nTABLE = Path(__file__).with_name('picks.json')\n"
+             ) -> str:
     """``mylib``, installed on a path of its own: its package holds the table, its dist-info
-    declares it."""
+    declares it (``init``: its ``__init__.py``)."""
     site = tmp_path / "site"
     (site / "mylib").mkdir(parents=True)
-    (site / "mylib" / "__init__.py").write_text(
-        "from pathlib import Path\nTABLE = Path(__file__).with_name('picks.json')\n")
+    (site / "mylib" / "__init__.py").write_text(init)
     (site / "mylib" / "picks.json").write_text(json.dumps(items))
     info = site / "mylib-1.0.dist-info"
     info.mkdir()
@@ -137,3 +137,17 @@ def test_a_stale_or_damaged_table_is_refused_with_one_warning(table, tmp_path):
     assert seen["timed"] > 0 and not seen["hit"], seen
     (warning,) = seen["warnings"]
     assert "1 of 1 entries refused" in warning and "pick" in warning, warning
+
+
+def test_a_library_that_launches_a_kernel_at_import_never_waits_and_a_bad_path_is_said(table, tmp_path):
+    """The tables are read at the first lookup, by importing each library: one whose import
+    launches a tuned kernel gets no table pick for that launch and is never kept waiting; a table
+    named by a path that is not absolute is refused with one warning."""
+    launching = ("from pathlib import Path\nimport torch, triton\nfrom kernels import KERNELS\n"
+                 "add = KERNELS['add']\nkernel = triton.autotune(configs=add.configs('cpu'), key=add.key)(add.jit)\n"
+                 "x = torch.ones(77)\nadd.launch(kernel, x, x)\nTABLE = Path(__file__).with_name('picks.json')\n")
+    seen = _child(tmp_path, _library(tmp_path / "launching", table, launching), "a")
+    assert seen["hit"] and seen["pick"] == 256 and seen["warnings"] == [], seen  # its table served the launch after
+    relative = "TABLE = 'picks.json'\n"
+    seen = _child(tmp_path, _library(tmp_path / "relative", table, relative), "b")
+    assert not seen["hit"] and len(seen["warnings"]) == 1 and "not the absolute path" in seen["warnings"][0], seen

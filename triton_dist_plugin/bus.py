@@ -152,9 +152,15 @@ _FROM = " (from the store "
 
 def store_of(where_text: str) -> Optional[str]:
     """The store ``where`` named, where it was not the file store; None for a file."""
-    if _FROM not in where_text or not where_text.endswith("')"):
+    import ast
+
+    if _FROM not in where_text or not where_text.endswith(")"):
         return None
-    return where_text.rsplit(_FROM, 1)[1][1:-2]
+    try:
+        name = ast.literal_eval(where_text.rsplit(_FROM, 1)[1][:-1])  # what repr wrote
+    except (ValueError, SyntaxError):
+        return None
+    return name if isinstance(name, str) else None
 
 
 def cache_put(entry: Any, record: dict) -> None:

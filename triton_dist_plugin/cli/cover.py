@@ -71,15 +71,25 @@ def summary(values: list) -> str:
 
 def _natural(text: str) -> list:
     """A key's text sorted as a person would: its numbers by value (``(300, ...)`` before ``(1000, ...)``)."""
-    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text[:1000])]
+    return [(0, int(part), "") if part.isdecimal() and part.isascii() else (1, 0, part)
+            for part in re.split(r"([0-9]+)", text[:1000])]
+
+
+def _tuned_alike(e) -> tuple:
+    """Entries whose times compare: one kernel's (or function's) keys from one source, on one
+    machine, over one set of candidates and settings."""
+    record = e.record if isinstance(getattr(e, "record", None), dict) else {}
+    return (e.kind, e.name, str(record.get("source")), repr(record.get("hardware")), repr(record.get("context")))
 
 
 def render(entries: list, k: int) -> str:
     """The cover set of each kernel (or function) among ``entries``: its configs, each key's
     slowdown and which config serves it, and the summary line."""
     parts = []
-    for (kind, name) in dict.fromkeys((e.kind, e.name) for e in entries):
-        times = grid(e for e in entries if (e.kind, e.name) == (kind, name))
+    entries = [e for e in entries if getattr(e, "place", None) != "triton"]  # Triton's own files: no full rounds
+    for group in dict.fromkeys(_tuned_alike(e) for e in entries):
+        kind, name = group[:2]
+        times = grid(e for e in entries if _tuned_alike(e) == group)
         chosen = choose(times, k)
         every = list(dict.fromkeys(c for measured in times.values() for c in measured))
         label = dict(zip(every, html_view.labels(every)[0])) if every else {}

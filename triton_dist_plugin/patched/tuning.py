@@ -17,7 +17,7 @@ from ..hook_objects import TuningRequest
 from ..isolation import isolate, isolate_source
 from ..reporting import report
 from ..search import strategy as search
-from ..store import cache, describe, persist
+from ..store import cache, describe, keys, persist
 from . import accuracy
 from .accuracy import accuracy_check_enabled
 from .benchmarker import screen_for, user_do_bench
@@ -99,8 +99,9 @@ class KernelJob(job.Job):
         # Keys tuned in this process, not those given a substitute in frozen mode (no chain of guesses).
         tuned = {**({near[0]: near[1]} if near is not None else {}),
                  **{k: c for k, c in instance.cache.items() if k not in state.substituted}}
-        config = frozen.on_miss(state.name, key, tuned, configs[0], instance, self.request.device,
-                                favoured=near[1] if near is not None and near[2] else None)
+        # The weighted pick is from the stored keys: a closer key this process knows keeps its own.
+        favoured = near[1] if near is not None and near[2] and keys.nearest(list(tuned), key) == near[0] else None
+        config = frozen.on_miss(state.name, key, tuned, configs[0], instance, self.request.device, favoured=favoured)
         instance.cache[key] = frozen.shared_pick(self.group, config, [*configs, *tuned.values()], state.name)
         state.substituted.add(key)
         return instance.cache[key]

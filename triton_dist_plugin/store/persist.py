@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import threading
 from pathlib import Path
 from typing import Any, Optional
 
@@ -37,8 +38,9 @@ ENV = "TRITON_DIST_AUTOTUNE_PERSIST"
 FORMAT = cache.FORMAT  # the same record layout as function-level entries
 DIRECTORY = "kernels"
 TRIES = 8  # the most entries a lookup of the nearest stored key reads
-_READ: dict = {}  # (folder, name) -> (size, mtime, what _usable found): frozen mode's neighbours, read once
+_READ: dict = {}  # (folder, name) -> (stat, checked record, record): frozen mode's neighbours, read once
 _READ_MOST = 64
+_READ_LOCK = threading.Lock()
 
 
 def context(device: str, configs: list, method: str, accuracy: bool, isolated: bool) -> dict:
@@ -140,17 +142,20 @@ class KernelStore(cache.EntryStore):
             st = os.stat(self.dir / name, follow_symlinks=False)
         except OSError:
             return None
-        held = _READ.get((str(self.dir), name))
-        if held is None or held[:2] != (st.st_size, st.st_mtime_ns):
+        stat = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_uid)
+        with _READ_LOCK:
+            held = _READ.get((str(self.dir), name))
+        if held is None or held[0] != stat:
             record = filestore.read_json(self.dir / name, self.root)
             try:
-                held = (st.st_size, st.st_mtime_ns, records.check(record, "kernel"), record)
+                held = (stat, records.check(record, "kernel"), record)
             except records.RecordError:
-                held = (st.st_size, st.st_mtime_ns, None, record)
-            if len(_READ) >= _READ_MOST:
-                _READ.pop(next(iter(_READ)))
-            _READ[(str(self.dir), name)] = held
-        return self._usable(held[3], name, key, claimed, checked=held[2])
+                held = (stat, None, record)
+            with _READ_LOCK:
+                while len(_READ) >= _READ_MOST:
+                    _READ.pop(next(iter(_READ)))
+                _READ[(str(self.dir), name)] = held
+        return self._usable(held[2], name, key, claimed, checked=held[1])
 
     def _usable(self, record: Any, name: str, key: Any, claimed: float, checked: Any = False) -> Optional[tuple]:
         """``(its key, the record in this version's layout)`` if ``record`` is a valid entry of
@@ -189,15 +194,18 @@ class KernelStore(cache.EntryStore):
         nearest key's pick, or where the data trusts it the one good across them: ``weighted``),
         with the nearest of those keys; None if there is none."""
         described = {describe.describe(c): c for c in configs}
-        neighbours = []
+        neighbours, failed = [], set()
         for stored, record in self._nearest(key, {index.pick_digest(d) for d in described}, reuse=True):
             if record["pick_config"] in described:
                 neighbours.append((stored, predict.measured(record), record["pick_config"]))
+                failed.update(c["config"] for c in record["candidates"] if c.get("failure"))
             if len(neighbours) >= predict.MOST:
                 break
         if not neighbours:
             return None
-        pick, trusted = predict.choose(key, neighbours, list(described))
+        # The same order whatever order the index gave them in; a config that failed at any never chosen.
+        neighbours.sort(key=lambda n: (keys.distance(key, n[0]), repr(n[0])))
+        pick, trusted = predict.choose(key, neighbours, [d for d in described if d not in failed])
         nearest = min(neighbours, key=lambda n: keys.distance(key, n[0]))
         return nearest[0], described[pick if pick in described else nearest[2]], trusted
 

@@ -29,21 +29,16 @@ def weighted(target: Any, neighbours: list, order: list) -> Optional[str]:
     (``[(key, {config: ms}, pick)]``), or None where none was measured at more than half of them."""
     scores = {}
     for config in order:
-        total = weights = 0.0
-        counted = 0
-        for key, times, _ in neighbours:
-            if config in times:
-                weight = 1.0 / (keys.distance(target, key) + 1e-3)
-                total += weight * times[config] / min(times.values())
-                weights += weight
-                counted += 1
-        if 2 * counted > len(neighbours) and weights > 0:
-            scores[config] = total / weights
+        parts = [(1.0 / (keys.distance(target, key) + 1e-3), times[config] / min(times.values()))
+                 for key, times, _ in neighbours if config in times]
+        weights = math.fsum(w for w, _ in parts)  # exact sums: the same score in any order of the neighbours
+        if 2 * len(parts) > len(neighbours) and weights > 0:
+            scores[config] = math.fsum(w * s for w, s in parts) / weights
     return min(scores, key=lambda c: (scores[c], order.index(c))) if scores else None
 
 
 def _nearest(target: Any, neighbours: list) -> Optional[str]:
-    found = min(neighbours, key=lambda n: keys.distance(target, n[0]), default=None)
+    found = min(neighbours, key=lambda n: (keys.distance(target, n[0]), repr(n[0])), default=None)
     return found[2] if found is not None else None
 
 

@@ -5,7 +5,7 @@ A library pretunes its kernels over a grid of shapes (``triton-dist-tune pretune
 picks (``triton-dist-tune export``: a manifest) into its package, and declares the file:
 
     [project.entry-points."triton_dist_plugin.tables"]
-    mylib = "mylib.tuning:TABLE"     # TABLE = the manifest's path (str, Path or importlib.resources file)
+    mylib = "mylib.tuning:TABLE"     # TABLE = the manifest's absolute path (a str or a Path)
 
 Every process that has the library installed then finds its picks before any tuning, with no
 setting and no code in the user's program. A table is input from outside: each entry passes the
@@ -22,6 +22,7 @@ stored one. ``TRITON_DIST_AUTOTUNE_TABLES=0`` ignores every table.
 from __future__ import annotations
 
 import copy
+import os
 import threading
 import warnings
 from pathlib import Path
@@ -36,19 +37,27 @@ ENV = "TRITON_DIST_AUTOTUNE_TABLES"
 LIMIT = 64 << 20  # bytes a table may hold: it is read whole, once per process
 
 _entries: Optional[dict] = None  # (kind, folder, id) -> record, once the tables are read
-_lock = threading.Lock()
+_lock = threading.RLock()
+_reading = threading.local()  # set while this thread reads them: a library's import may launch a kernel
 
 
 def entries() -> dict:
-    """Every usable entry of every table installed, read once per process."""
+    """Every usable entry of every table installed, read once per process. A lookup made while
+    this thread reads them (a library that launches a kernel at import) finds none, never waits."""
     global _entries
     if _entries is None:
+        if getattr(_reading, "on", False):
+            return {}
         with _lock:
             if _entries is None:
-                found: dict = {}
-                for name, path in _declared():
-                    found.update(_read(name, path))
-                _entries = found
+                _reading.on = True
+                try:
+                    found: dict = {}
+                    for name, path in _declared():
+                        found.update(_read(name, path))
+                    _entries = found
+                finally:
+                    _reading.on = False
     return _entries
 
 
@@ -62,8 +71,11 @@ def _declared() -> list:
         label = f"{point.name} ({point.value}"
         label += f", from {point.dist.name})" if getattr(point, "dist", None) is not None else ")"
         try:
-            tables.append((label, Path(str(point.load()))))
-        except Exception as exc:  # noqa: BLE001 - one broken library never stops the others
+            table = point.load()
+            if not isinstance(table, (str, os.PathLike)) or not Path(table).is_absolute():
+                raise TypeError(f"it names {table!r}, not the absolute path of a file in the library's package")
+            tables.append((label, Path(table)))
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - one broken library never stops the others
             _warn(label, f"cannot be loaded ({type(exc).__name__}: {exc})")
     return tables
 
