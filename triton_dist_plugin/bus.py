@@ -144,23 +144,7 @@ def where(entry: Any, store: str) -> str:
     """The entry as a warning names it: its file, or its id in the store that answered."""
     if store == filestore.NAME:
         return str(entry.path)
-    return f"{entry.kind}:{entry.name}:{entry.digest}{_FROM}{store!r})"
-
-
-_FROM = " (from the store "
-
-
-def store_of(where_text: str) -> Optional[str]:
-    """The store ``where`` named, where it was not the file store; None for a file."""
-    import ast
-
-    if _FROM not in where_text or not where_text.endswith(")"):
-        return None
-    try:
-        name = ast.literal_eval(where_text.rsplit(_FROM, 1)[1][:-1])  # what repr wrote
-    except (ValueError, SyntaxError):
-        return None
-    return name if isinstance(name, str) else None
+    return f"{entry.kind}:{entry.name}:{entry.digest} (from the store {store!r})"
 
 
 def cache_put(entry: Any, record: dict) -> None:

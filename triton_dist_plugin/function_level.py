@@ -28,12 +28,12 @@ import threading
 import warnings
 from typing import Any, Callable, Optional
 
-from . import _callsite, _compat, bus, distributed, engine, frozen, job, settings
+from . import _callsite, _compat, distributed, engine, frozen, job, settings
 from .function_keys import _ADDRESS, _hashable, _require_value_key, _short, _unhashable
 from .hook_objects import TuningRequest
 from .reporting import report
 from .search import strategy as search
-from .store import cache, describe, manifest, records
+from .store import cache, describe, filestore, manifest, records
 
 log = logging.getLogger("triton_dist_plugin.tune")
 
@@ -173,13 +173,13 @@ class FunctionJob(job.Job):
         found = self.store.find(self.key, self.reprs)
         if found is None or found[1]["pick"] not in self.retained:
             return None
-        where, record = found
+        where, record, store = found
         items = record["candidates"]  # in this version's layout, whatever format it was stored in
         # Equal entries of config_space share a description: the pick's own row speaks for it.
         timings = {c["config"]: _stored_ms(c["timing"]) for c in items if c["index"] != record["pick"]}
         timings.update({c["config"]: _stored_ms(c["timing"]) for c in items if c["index"] == record["pick"]})
         return job.Found(record["pick"], timings, where, [c["config"] for c in items if c["measured"]],
-                         record.get("decision"), record.get("timer"))
+                         record.get("decision"), record.get("timer"), filestore.other_than_files(store))
 
     def hit(self, index: int, found: Optional[job.Found]) -> dict:
         self.logger.info("%s: key %r found in the cache: %s", self.name, self.key, self.reprs[index])
@@ -264,7 +264,7 @@ class FunctionJob(job.Job):
             engine.record(self.request, None, describe.describe(best), found.timings if found else {},
                           method=self.method, cache_hit=True, measured=found.measured if found else None,
                           decision=found.decision if found else None, timer=found.timer if found else None,
-                          stored_in=bus.store_of(found.where) if found else None)
+                          stored_in=found.stored_in if found else None)
             return
         named = engine.Outcome(best=reprs[outcome.best], timings={reprs[i]: t for i, t in outcome.timings.items()},
                                failures={reprs[i]: r for i, r in outcome.failures.items()},

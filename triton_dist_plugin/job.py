@@ -41,6 +41,7 @@ class Found:
     measured: list = field(default_factory=list)
     decision: Optional[dict] = None  # how the stored pick was decided, and what timed it (for the views)
     timer: Optional[str] = None
+    stored_in: Optional[str] = None  # the store that answered, where it was not the file store
 
 
 class Job:

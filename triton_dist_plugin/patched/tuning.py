@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .. import _compat, bus, distributed, engine, failures, frozen, job, timing
+from .. import _compat, distributed, engine, failures, frozen, job, timing
 from ..compiling.precompile import never_timed
 from ..hook_objects import TuningRequest
 from ..isolation import isolate, isolate_source
@@ -133,7 +133,7 @@ class KernelJob(job.Job):
                       measured=found.measured if found is not None else None,
                       decision=found.decision if found is not None else None,
                       timer=found.timer if found is not None else None,
-                      stored_in=bus.store_of(found.where) if found is not None else None)
+                      stored_in=found.stored_in if found is not None else None)
         listener = _compat.autotuning_listener()
         if listener is not None:
             listener(fn=_compat.jit_function(instance.fn), key=self.key, best_config=best, configs_timings=timings,

@@ -25,7 +25,7 @@ from .describe import safe_name  # noqa: F401  (where the stores and tests name 
 
 ROOT_ENV = "TRITON_DIST_AUTOTUNE_DIR"
 ALWAYS_TUNE_ENV = "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE"
-VERSION_CHECK_ENV = "TRITON_DIST_AUTOTUNE_VERSION_CHECK"
+VERSION_CHECK_ENV = describe.VERSION_CHECK_ENV
 FORMAT = records.FORMAT
 
 
@@ -155,11 +155,12 @@ class EntryStore:
         """Where ``key``'s entry may be, the first first (a store may add an older layout's place)."""
         return [self.entry(key)]
 
-    def lookup(self, key: Any, fits: Callable[[dict], bool] = lambda record: True) -> Optional[tuple[str, dict]]:
-        """``(where it was found, record)`` of ``key``'s entry in this version's layout, if one is
-        found that was made for this key and context and ``fits`` (else a warning: it is re-tuned
-        and replaced), under the recorded versions where ``TRITON_DIST_AUTOTUNE_VERSION_CHECK``
-        asks for them; None otherwise, and always under ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE``."""
+    def lookup(self, key: Any, fits: Callable[[dict], bool] = lambda record: True) -> Optional[tuple[str, dict, str]]:
+        """``(where it was found, record, the store that answered)`` of ``key``'s entry in this
+        version's layout, if one is found that was made for this key and context and ``fits`` (else
+        a warning: it is re-tuned and replaced), under the recorded versions where
+        ``TRITON_DIST_AUTOTUNE_VERSION_CHECK`` asks for them; None otherwise, and always under
+        ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE``."""
         if settings.value(ALWAYS_TUNE_ENV):
             return None
         for entry in self.places(key):
@@ -172,9 +173,9 @@ class EntryStore:
                               "here (its key, setting or candidates differ); re-tuning", RuntimeWarning,
                               stacklevel=_callsite.stacklevel())
                 return None
-            if settings.value(VERSION_CHECK_ENV) and record["versions"] != describe.versions():
+            if describe.versions_refused(record["versions"]):
                 return None
-            return bus.where(entry, store), record
+            return bus.where(entry, store), record, store
         return None
 
     def full(self, key: Any, body: dict) -> dict:
@@ -206,8 +207,8 @@ class FunctionCache(EntryStore):
         return [self.entry(key), cache_entry(self.kind, self.name, self.dir, self.source, self.hw, key, None,
                                              self.root)]
 
-    def find(self, key: Any, space_reprs: list[str]) -> Optional[tuple[str, dict]]:
-        """``(where it was found, record)`` for ``key`` if valid for this source, hardware,
+    def find(self, key: Any, space_reprs: list[str]) -> Optional[tuple[str, dict, str]]:
+        """``(where it was found, record, store)`` for ``key`` if valid for this source, hardware,
         setting and config space (``space_reprs``: each entry's description)."""
         return self.lookup(key, lambda record: 0 <= record["pick"] < len(space_reprs)
                            and record["pick_config"] == space_reprs[record["pick"]])

@@ -19,6 +19,8 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from .. import settings
+
 
 def describe(value: Any, _seen: frozenset = frozenset()) -> str:
     """A text for a config-space value that is the same in every process, so a stored pick is
@@ -137,6 +139,20 @@ def source_digest(fn: Callable) -> str:
 def versions() -> dict:
     """Software the timings depend on (checked with ``TRITON_DIST_AUTOTUNE_VERSION_CHECK=1``)."""
     return dict(_versions())
+
+
+VERSION_CHECK_ENV = "TRITON_DIST_AUTOTUNE_VERSION_CHECK"
+
+
+def versions_checked() -> bool:
+    """Whether a stored pick must have been made under these versions (``VERSION_CHECK_ENV``)."""
+    return bool(settings.value(VERSION_CHECK_ENV))
+
+
+def versions_refused(recorded: Any) -> bool:
+    """Whether a pick recorded under ``recorded`` versions is refused here: the setting asks for
+    these versions, and they differ."""
+    return versions_checked() and recorded != versions()
 
 
 @functools.lru_cache(maxsize=1)

@@ -178,6 +178,11 @@ def load_json(path: Path, root: Optional[Path] = None) -> tuple[Optional[dict], 
         return None, str(exc)
 
 
+def other_than_files(store: str) -> Optional[str]:
+    """A store's name where it is not this one (the views say where a hit was read only then)."""
+    return None if store == NAME else store
+
+
 def read_json(path: Path, root: Optional[Path] = None) -> Optional[dict]:
     """The JSON object at ``path``; None if absent; None with a warning if refused (a link,
     another user's, larger than ``ENTRY_LIMIT``), unreadable or corrupt (not UTF-8, not JSON,

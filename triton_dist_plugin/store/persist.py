@@ -86,19 +86,20 @@ class KernelStore(cache.EntryStore):
                          context(device, configs, method, accuracy, isolated))
         self.configs = list(configs)  # a row's index is its position here
 
-    def read(self, key: Any, configs: list) -> Optional[tuple[int, dict, str, list, Optional[dict], Optional[str]]]:
+    def read(self, key: Any, configs: list) -> Optional[tuple]:
         """The stored pick's position in ``configs``, the stored timings of those of ``configs`` it
         timed (as upstream's ``configs_timings`` holds them), where the entry was found (its
         file, or the store that answered), those of ``configs`` it measured fully (the other
-        timings are a screening round's), and how the pick was decided and what timed (for the
-        views, as after a tuning); None when there is no usable entry."""
+        timings are a screening round's), how the pick was decided and what timed, and the store
+        that answered where it was not the file store (for the views, as after a tuning): the
+        fields of ``job.Found``; None when there is no usable entry."""
         if settings.value(cache.ALWAYS_TUNE_ENV):
             return None  # before the manifest: nothing is read at all
         manifest.load_from_env()
         found = self.lookup(key, self._ours)
         if found is None:
             return None
-        where, record = found
+        where, record, store = found
         described = [describe.describe(c) for c in configs]
         if record["pick_config"] not in described:
             return None
@@ -107,7 +108,7 @@ class KernelStore(cache.EntryStore):
         fully = {c["config"] for c in record["candidates"] if c["measured"]}
         measured = [c for c, d in zip(configs, described) if d in fully and c in timings]
         return described.index(record["pick_config"]), timings, where, measured, record.get("decision"), \
-            record.get("timer")
+            record.get("timer"), filestore.other_than_files(store)
 
     def _ours(self, record: dict) -> bool:
         """An entry of this kernel, source and hardware (any key, any context)."""
@@ -172,7 +173,7 @@ class KernelStore(cache.EntryStore):
         if describe.entry_digest(current["source"], current["hardware"], current["key"],
                                  records.id_context(record, "kernel")) != name[:32]:
             return None
-        if settings.value(cache.VERSION_CHECK_ENV) and current["versions"] != describe.versions():
+        if describe.versions_refused(current["versions"]):
             return None  # made under other versions of the software, which the setting refuses
         stored = keys.parse(current["key"])
         if stored is None or not math.isclose(keys.distance(stored, key), claimed, rel_tol=1e-9, abs_tol=1e-12):

@@ -30,6 +30,7 @@ from typing import Any, Optional
 
 from .. import settings
 from ..hookspecs import hookimpl
+from . import describe
 from . import manifest_checks as checks
 
 GROUP = "triton_dist_plugin.tables"
@@ -99,7 +100,7 @@ def _read(label: str, path: Path) -> dict:
         if kind is None:
             continue  # Triton's own files: nothing to serve
         try:
-            why = checks.mismatch(kind, record, seen, versions=bool(settings.value(_VERSIONS)))
+            why = checks.mismatch(kind, record, seen, versions=describe.versions_checked())
         except Exception as exc:  # noqa: BLE001 - one odd entry never stops the others
             why = f"it cannot be checked ({type(exc).__name__}: {exc})"
         if why:
@@ -114,9 +115,6 @@ def _read(label: str, path: Path) -> dict:
         _warn(label, f"none of its {len(elsewhere)} entries was made for this machine and software, so it is "
                      f"not used (first: {elsewhere[0]})")
     return usable
-
-
-_VERSIONS = "TRITON_DIST_AUTOTUNE_VERSION_CHECK"
 
 
 def _warn(label: str, why: str) -> None:
