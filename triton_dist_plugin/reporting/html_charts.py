@@ -42,7 +42,7 @@ def verdict(view: View) -> tuple:
     slower = pick_reason.behind(pick["ms"], [runner["ms"]])
     if slower is not None:  # the pick is not the fastest shown: the rounds after the full measurement decided
         kind = "noise" if decision is not None and decision.get("tie") else "alone"
-        reason = pick_reason.line(pick["ms"], [runner["ms"]], decision).split(": ", 1)[1]
+        reason = pick_reason.reason(decision)
         return kind, f"{pick_reason.share(-slower)} (the pick slower here), {word}", (
             f"In the full measurement {runner['label']} took {fmt_ms(runner['ms'])}, the pick "
             f"{fmt_ms(pick['ms'])}" + (f" ({slower:.1%} slower)" if slower < 1e10 else "")

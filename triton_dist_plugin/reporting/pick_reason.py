@@ -89,23 +89,28 @@ def _small(fraction: float) -> str:
     return "less than 0.01%" if fraction < 1e-4 else f"{fraction:.2%}" if fraction < 1e-3 else f"{fraction:.1%}"
 
 
+def reason(decision: Any) -> str:
+    """Why a pick that the full measurement shows slower than another is still the pick."""
+    decision = decision_of(decision)
+    if decision is None:
+        return "no decision between finalists was recorded with it (an older entry, or another tuner's pick)"
+    if not decision.get("rounds") or decision.get("rounds_failed"):
+        return f"the decision recorded with it ({sentence(decision)}) does not match these times"
+    if decision.get("tie"):
+        return (f"too close to call over {decision['rounds']} interleaved rounds ({noise(decision)}); "
+                "a tie goes to the first in the configs' order, the same in every process")
+    return (f"{decision['rounds']} interleaved rounds after these times decided "
+            f"(over them {rival(decision.get('margin'))}; {noise(decision)})")
+
+
 def line(pick_ms: Optional[float], others_ms: Iterable[Optional[float]], decision: Any) -> Optional[str]:
     """One short line for a view that shows the pick slower than another candidate measured fully;
     None where it shows the pick fastest."""
     slower = behind(pick_ms, others_ms)
     if slower is None:
         return None
-    head = f"why this pick, {_small(slower)} slower here:" if slower < 1e10 else "why this pick, slower here:"
-    decision = decision_of(decision)
-    if decision is None:
-        return f"{head} no decision between finalists was recorded with it (an older entry, or another tuner's pick)"
-    if not decision.get("rounds") or decision.get("rounds_failed"):
-        return f"{head} the decision recorded with it ({sentence(decision)}) does not match these times"
-    if decision.get("tie"):
-        return (f"{head} too close to call over {decision['rounds']} interleaved rounds ({noise(decision)}); "
-                "a tie goes to the first in the configs' order, the same in every process")
-    return (f"{head} {decision['rounds']} interleaved rounds after these times decided "
-            f"(over them {rival(decision.get('margin'))}; {noise(decision)})")
+    head = f"why this pick, {_small(slower)} slower here" if slower < 1e10 else "why this pick, slower here"
+    return f"{head}: {reason(decision)}"
 
 
 def word(decision: Any) -> str:

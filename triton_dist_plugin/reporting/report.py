@@ -48,7 +48,7 @@ def format_record(record) -> str:
         (screened if is_screened else head).append(line)
         if not is_screened and not is_pick(config):
             full_ms.append(timing[0])
-    pick = record.timings.get(record.best_config, [None])[0] if record.best_config in record.timings else None
+    pick = record.timings.get(record.best_config, [None])[0]
     why = pick_reason.line(pick, full_ms, getattr(record, "decision", None))
     if screened:
         lines.append("   measured fully" + (" (the pick is the fastest of these):" if why is None else ":"))

@@ -207,7 +207,7 @@ class KernelStore(cache.EntryStore):
         # The same order whatever order the index gave them in; a config that failed at any never chosen.
         neighbours.sort(key=lambda n: (keys.distance(key, n[0]), repr(n[0])))
         pick, trusted = predict.choose(key, neighbours, [d for d in described if d not in failed])
-        nearest = min(neighbours, key=lambda n: keys.distance(key, n[0]))
+        nearest = neighbours[0]
         return nearest[0], described[pick if pick in described else nearest[2]], trusted
 
     def nearest_ranking(self, key: Any) -> Optional[tuple[Any, tuple[list, Optional[list]]]]:
