@@ -67,14 +67,12 @@ def _no_match(command: str, pattern: str, exact: bool, anything: bool, what: str
     return 1
 
 
-def _looked(args) -> str:
-    return looked_in(functions=not args.kernels, kernels=not args.functions)
-
-
 def _nothing(args) -> str:
-    """"nothing tuned yet", or which kind was asked for and none found (``--functions``, ``--kernels``)."""
-    return "no function-level picks" if args.functions else "no kernel-level picks" if args.kernels else \
+    """That nothing was found, of the kind asked for (``--functions``, ``--kernels``), and where it
+    was looked for."""
+    what = "no function-level picks" if args.functions else "no kernel-level picks" if args.kernels else \
         "nothing tuned yet"
+    return f"{what} ({looked_in(functions=not args.kernels, kernels=not args.functions)})"
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:
@@ -173,7 +171,7 @@ def _run(args: argparse.Namespace, reader: Reader, matching: Iterator[Entry]) ->
             return 0
         if args.name is not None:
             return _no_match(args.command, args.name, args.exact, bool(reader.found or reader.unreadable))
-        print(f"{_nothing(args)} ({_looked(args)})")
+        print(f"{_nothing(args)}")
         return 0
     entries = list(matching)
     if args.name is not None and not entries:
@@ -183,7 +181,7 @@ def _run(args: argparse.Namespace, reader: Reader, matching: Iterator[Entry]) ->
     elif args.command == "cover":
         from .cover import render
 
-        print(render(entries, args.k) or f"{_nothing(args)} ({_looked(args)})")
+        print(render(entries, args.k) or _nothing(args))
     elif args.command == "export":
         text = cmd_export(entries, args.format)
         if args.output is not None:
@@ -193,7 +191,7 @@ def _run(args: argparse.Namespace, reader: Reader, matching: Iterator[Entry]) ->
         else:
             print(text)
         if not entries:
-            print(f"{PROG} export: {_nothing(args)} ({_looked(args)}); the manifest is empty", file=sys.stderr)
+            print(f"{PROG} export: {_nothing(args)}; the manifest is empty", file=sys.stderr)
     elif args.command == "report":
         from ..reporting import html_report
 
@@ -201,7 +199,7 @@ def _run(args: argparse.Namespace, reader: Reader, matching: Iterator[Entry]) ->
             return 1
         print(f"wrote a report of {_plural(len(entries), 'entry', 'entries')} to {args.output}")
         if not entries:
-            print(f"{PROG} report: {_nothing(args)} ({_looked(args)}); the report is empty", file=sys.stderr)
+            print(f"{PROG} report: {_nothing(args)}; the report is empty", file=sys.stderr)
     elif args.command == "clear":
         return _clear(args, entries)
     return 0
