@@ -483,14 +483,15 @@ def test_the_worker_dies_with_its_parent(tmp_path, sig, state):
                 os.kill(pid, signal.SIGKILL)
 
 
-def _children() -> list[str]:
-    """Command lines of this process's children (from /proc)."""
+def _workers() -> list[int]:
+    """This process's isolation workers, forked or fresh: children named ``tdp-isolation``."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[1]) == os.getpid():
-                found.append((stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+            text = stat.read_text()
+            name, fields = text[text.index("(") + 1:text.rindex(")")], text.rsplit(")", 1)[1].split()
+            if int(fields[1]) == os.getpid() and name == "tdp-isolation" and fields[0] not in "ZX":
+                found.append(int(stat.parent.name))
         except (OSError, IndexError, ValueError):
             continue
     return found
@@ -499,11 +500,12 @@ def _children() -> list[str]:
 def test_one_worker_serves_every_tuning_and_none_is_left_behind():
     """The tests above tuned several kernels and replaced crashed and hung workers: one worker
     is running now, and it goes when stopped (or when this process exits: its socket closes)."""
-    assert len([c for c in _children() if "triton_dist_plugin.isolation.isolate" in c]) <= 1
+    assert len(_workers()) <= 1
     first = isolate.worker()
     assert isolate.worker() is first and first.proc.poll() is None
+    assert _wait_for(lambda: _workers() == [first.proc.pid]), _workers()  # a fresh one names itself once started
     first.stop()
-    assert not [c for c in _children() if "triton_dist_plugin.isolation.isolate" in c]
+    assert not _workers()
     assert os.getpid()  # the test process itself survived everything above
 
 

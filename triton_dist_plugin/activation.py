@@ -77,11 +77,12 @@ def activate() -> None:
                 _wrap_batch_bench_of(sub)
             bus.load_entry_points()
             kernel_state.active = True
-            isolate.prestart()  # with every kernel isolated, its worker starts alongside the program
-            forked_compile.prestart()  # kernels decorated before activation reach no decoration hook
         except BaseException:
             _restore()
             raise
+    # Outside the lock: a worker forked here must find it free (it gives Triton back as it was).
+    isolate.prestart()  # with every kernel isolated, its worker starts alongside the program
+    forked_compile.prestart()  # kernels decorated before activation reach no decoration hook
 
 
 def _prune_configs(wrapped, instance, args, kwargs):

@@ -92,10 +92,12 @@ def prestart() -> None:
         _early[-1].start()
 
 
-def prestarted() -> None:
-    """Wait for ``prestart``'s work (doing it again at the same time would only be slower)."""
+def prestarted(timeout: Optional[float] = None) -> None:
+    """Wait for ``prestart``'s work (doing it again at the same time would only be slower), at
+    most ``timeout`` seconds in all."""
+    deadline = None if timeout is None else time.monotonic() + timeout
     for thread in _early:
-        thread.join()
+        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
 
 def _cuda_utils() -> None:

@@ -28,6 +28,7 @@ def after_tuning(worker: Any, lock: threading.Lock, current: Callable[[], Any]) 
         return
     timer = threading.Timer(seconds, _release, args=(worker, worker.generation, lock, current))
     timer.daemon = True  # never keeps the process alive
+    timer.name = "tdp-isolation-idle"  # a fork may go on beside it (``worker_start``)
     timer.start()
 
 

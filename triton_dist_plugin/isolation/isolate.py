@@ -10,10 +10,11 @@ One worker serves every tuning of the process. It starts when a kernel that will
 decorated, so its slow imports (torch, Triton, the kernel's module) run off the first call's path;
 it makes its CUDA context only when a tuning sends it work, and gives it back once tuning has been
 idle a while (``idle``). Each tuning sends it the kernel and the arguments before compiling, and
-each candidate as it compiles. It is a plain ``python -I -c`` process, not a ``multiprocessing``
-spawn (which would import the user's main script again); ``-I`` and this process's ``sys.path``
-less the working directory keep it from running any file there; it dies with this process
-(Linux's parent-death signal, and a watch on its socket and parent, even mid-candidate).
+each candidate as it compiles. It is forked from this process while that is safe (torch and
+Triton already imported: milliseconds), else a plain ``python -I -c`` process (``worker_start``),
+never a ``multiprocessing`` spawn (which would import the user's main script again); neither runs
+any file of the working directory; it dies with this process (Linux's parent-death signal, and a
+watch on its socket and parent, even mid-candidate).
 
 On (``TRITON_DIST_AUTOTUNE_ISOLATE``) by default for generated candidates (``configs=[]``), which
 nobody has run before; ``1`` for every tuned kernel; ``0`` never. A kernel in the main script,
@@ -30,16 +31,14 @@ import pickle
 import queue
 import socket
 import subprocess
-import sys
 import threading
 import time
 from multiprocessing.connection import Connection
 from typing import Any, Optional
 
 from .. import frozen, settings
-from . import idle, isolate_source
+from . import idle, isolate_source, worker_start
 from .isolate_source import Unisolated, locate
-from .isolate_worker import BOOTSTRAP
 from .isolate_worker import copy as _copy
 from .isolate_worker import get as _get
 
@@ -148,15 +147,7 @@ class Worker:
 
     def start(self) -> None:
         ours, theirs = socket.socketpair()
-        env = {**os.environ, "TRITON_DIST_PLUGIN_DISABLE": "1"}  # plain Triton there: no tuning in the worker
-        # Linux sends the parent-death signal when the *thread* that started the worker ends: only
-        # the main thread lasts as long as the process (from others, the watch alone serves).
-        pdeathsig = threading.current_thread() is threading.main_thread()
-        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package, above isolation/
-        argv = [str(theirs.fileno()), str(os.getpid()), "1" if pdeathsig else "0", package,
-                *isolate_source.search_path()[0]]
-        self.proc = subprocess.Popen([sys.executable, "-I", "-c", BOOTSTRAP, *argv], pass_fds=[theirs.fileno()],
-                                     env=env, stdin=subprocess.DEVNULL)
+        self.proc, self.began = worker_start.launch(theirs, ours)
         theirs.close()
         self.conn = Connection(ours.detach())
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -287,9 +278,9 @@ class Worker:
         if not self.sent_at:
             return "the worker was never sent this kernel"
         ahead = self.sent_at - self.started_at
-        started = f"started {ahead:.2f}s before the job" if ahead >= 0 else f"started {-ahead:.2f}s after it"
+        started = f"{ahead:.2f}s before the job" if ahead >= 0 else f"{-ahead:.2f}s after it"
         ready = f"ready {self.ready_at - self.sent_at:.2f}s after the job" if self.ready_at else "never ready"
-        return f"worker {started}, {ready}"
+        return f"worker {self.began} {started}, {ready}"
 
     def _replace(self) -> None:
         """A new worker for the candidates the last one did not answer."""

@@ -12,15 +12,20 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 #: The worker's ``python -I -c`` program (``-I``: nothing of the working directory on its path).
-#: First of all it asks Linux to kill it when its parent dies, then checks that the parent did not
-#: die before; it is handed its ``sys.path``, and loads this package from where its parent has it.
+#: First of all it leaves ^C to its parent and asks Linux to kill it when its parent dies, then
+#: checks that the parent did not die before; it is handed its ``sys.path``, and loads this package
+#: from where its parent has it.
 BOOTSTRAP = """
 import os, sys
 fd, parent, pdeathsig, package, *path = sys.argv[1:]
-if pdeathsig == "1" and sys.platform.startswith("linux"):
+import signal
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is its parent's to handle; it dies with it
+if sys.platform.startswith("linux"):
     try:
-        import ctypes, signal
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        import ctypes
+        if pdeathsig == "1":
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None).prctl(15, b"tdp-isolation")  # PR_SET_NAME, as a forked worker has it
     except (OSError, AttributeError):
         pass  # its socket and its parent are watched as well
 if os.getppid() != int(parent):

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 from .. import _compat, distributed, frozen, settings
 from ..compiling import forked_compile
 from ..hook_objects import TuningRequest
-from ..isolation import isolate
+from ..isolation import isolate, worker_start
 from . import kernel_state, tuning
 from .benchmarker import user_do_bench
 from .candidates import check_conflicts, select_configs, split_launch
@@ -164,8 +164,9 @@ def autotune_wrapper(wrapped, instance, args, kwargs):
         tuner.tdp_hints = hints
         tuner.tdp_generate = not configs and _plain_run(tuner)
         tuner.tdp_check_accuracy = check
-        isolate.prestart(tuner.fn, tuner.tdp_generate)  # its slow start off the first call's path
-        forked_compile.prestart()  # likewise what every compile, and the driver, first need
+        if not worker_start.serving():
+            isolate.prestart(tuner.fn, tuner.tdp_generate)  # its slow start off the first call's path
+            forked_compile.prestart()  # likewise what every compile, and the driver, first need
         return tuner
 
     return decorate
