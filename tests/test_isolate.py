@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from helpers import DEVICE, python
 
-from triton_dist_plugin.isolation import isolate
+from triton_dist_plugin.isolation import isolate, worker_start
 
 
 @triton.jit
@@ -51,9 +51,13 @@ def copy_with(kernel, n=300):
     return x, out
 
 
-def test_a_crashing_and_a_hanging_candidate_fail_in_the_worker_and_tuning_goes_on(recorder, monkeypatch):
+@pytest.mark.parametrize("fork", ["1", "0"], ids=["forked", "fresh"])
+def test_a_crashing_and_a_hanging_candidate_fail_in_the_worker_and_tuning_goes_on(recorder, monkeypatch, fork):
+    """Whichever way the worker began (forked where that is safe, else a fresh interpreter)."""
     monkeypatch.setenv(isolate.ENV, "1")
     monkeypatch.setenv(isolate.TIMEOUT_ENV, "5")
+    monkeypatch.setenv(worker_start.FORK_ENV, fork)
+    _no_worker()  # the first worker of this test begins as ``fork`` says
     kernel = triton.autotune(configs=CONFIGS, key=["n"])(planted)
     x, out = copy_with(kernel)
     torch.testing.assert_close(out, x)
@@ -63,6 +67,8 @@ def test_a_crashing_and_a_hanging_candidate_fail_in_the_worker_and_tuning_goes_o
     assert "did not finish within 5s" in record.failures[CONFIGS[2]]
     assert {r.config.kwargs["FAULT"] for r in recorder.timed} == {0}  # never run here
     assert any(note.startswith("ran 4 candidates in the isolation worker") for note in record.notes)
+    began = "worker forked" if fork == "1" else "worker started as a fresh interpreter"
+    assert any(began in note for note in record.notes), record.notes
     x, out = copy_with(kernel, 500)  # this process still works: another key tunes and runs
     torch.testing.assert_close(out, x)
 

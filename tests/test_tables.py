@@ -76,18 +76,18 @@ def _picks(plugins, monkeypatch, tmp_path, block) -> list:
     return json.loads(out.read_text())
 
 
-def _library(tmp_path, items, init: str = "from pathlib import Path\nTABLE = Path(__file__).with_name('picks.json')\n"
-             ) -> str:
-    """``mylib``, installed on a path of its own: its package holds the table, its dist-info
-    declares it (``init``: its ``__init__.py``)."""
+def _library(tmp_path, items, init: str = "from pathlib import Path\nTABLE = Path(__file__).with_name('picks.json')\n",
+             name: str = "mylib") -> str:
+    """``mylib`` (or ``name``), installed on a path of its own: its package holds the table, its
+    dist-info declares it (``init``: its ``__init__.py``)."""
     site = tmp_path / "site"
-    (site / "mylib").mkdir(parents=True)
-    (site / "mylib" / "__init__.py").write_text(init)
-    (site / "mylib" / "picks.json").write_text(json.dumps(items))
-    info = site / "mylib-1.0.dist-info"
+    (site / name).mkdir(parents=True)
+    (site / name / "__init__.py").write_text(init)
+    (site / name / "picks.json").write_text(json.dumps(items))
+    info = site / f"{name}-1.0.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mylib\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[triton_dist_plugin.tables]\nmylib = mylib:TABLE\n")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[triton_dist_plugin.tables]\n{name} = {name}:TABLE\n")
     return str(site)
 
 
@@ -151,3 +151,68 @@ def test_a_library_that_launches_a_kernel_at_import_never_waits_and_a_bad_path_i
     relative = "TABLE = 'picks.json'\n"
     seen = _child(tmp_path, _library(tmp_path / "relative", table, relative), "b")
     assert not seen["hit"] and len(seen["warnings"]) == 1 and "not the absolute path" in seen["warnings"][0], seen
+
+
+def test_the_tables_are_asked_after_every_store_even_one_registered_later_with_trylast(tmp_path):
+    """A user's store registered after the built-ins, ``trylast`` (after this machine's files, say
+    a team's Redis), is still asked before the shipped tables: a pick anyone tuned beats a table."""
+    from triton_dist_plugin import bus, plugin_manager, register, unregister
+    from triton_dist_plugin.hook_objects import CacheEntry
+
+    asked = []
+
+    class Store:
+        def __init__(self, name):
+            self.name = name
+
+        @hookimpl(trylast=True)
+        def tdp_cache_get(self, entry):
+            asked.append(self.name)
+
+    tables = plugin_manager().unregister(name=bus.TABLES)
+    try:
+        register(Store("tables"), name=bus.TABLES)  # a stand-in, in the built-in's place and order
+        register(Store("team"), name="team-store")
+        assert bus.cache_get(CacheEntry("kernel", "k", "0" * 16, tmp_path / "k.json")) is None
+        assert asked == ["team", "tables"]
+    finally:
+        unregister(name="team-store")
+        unregister(name=bus.TABLES)
+        register(tables, name=bus.TABLES)
+
+
+def test_a_table_for_a_device_this_process_has_not_used_is_passed_over_without_starting_its_driver(
+        table, tmp_path, monkeypatch, recwarn):
+    """An interpreter process on a GPU host, say: describing the GPU would start its driver and a
+    context there, to check entries no key of this process can find. They are passed over, unsaid."""
+    from triton_dist_plugin.store import describe, tables
+
+    for item in table:
+        if "record" in item:
+            item["record"]["hardware"]["device"] = "cuda"
+    path = tmp_path / "gpu-picks.json"
+    path.write_text(json.dumps(table))
+    described = []
+    monkeypatch.setattr(describe, "hardware", lambda device, world: described.append(device))
+    assert not torch.cuda.is_initialized()  # no GPU here, or none used by this process
+    assert tables._read("gpu-lib", path) == {}
+    assert described == [] and not [w for w in recwarn if "pick table" in str(w.message)]
+
+
+def test_two_tables_that_pick_otherwise_for_one_key_use_the_first_by_name_and_say_so(table, tmp_path):
+    """Two libraries ship the same kernel and key with different picks: the table named first is
+    used, in whatever order the environment lists them, and the other is warned about once."""
+    other = json.loads(json.dumps(table))
+    for item in other:
+        if "record" in item:
+            record = item["record"]
+            row = next(r for r, c in enumerate(record["candidates"]) if "BLOCK=128" in c["config"])
+            record["pick"], record["pick_config"] = row, record["candidates"][row]["config"]
+    ships = {"alib": table, "blib": other}  # alib picks BLOCK=256, blib 128
+    for order in (("alib", "blib"), ("blib", "alib")):  # which one is on the path first
+        paths = [_library(tmp_path / f"{order[0]}-first-{name}", ships[name], name=name) for name in order]
+        seen = _child(tmp_path, os.pathsep.join(paths), f"own-{order[0]}")
+        assert seen["timed"] == 0 and seen["hit"], seen
+        assert seen["pick"] == 256, seen  # alib's, the first by name
+        (warning,) = seen["warnings"]
+        assert "blib" in warning and "1 of its entries pick otherwise" in warning, warning

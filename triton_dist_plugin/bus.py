@@ -23,6 +23,7 @@ from .tiling.generate import BuiltinGenerator
 
 _pm: Optional[pluggy.PluginManager] = None
 _lock = threading.Lock()
+TABLES = "tdp.tables"  # the built-in store of shipped tables: asked after every other (``cache_get``)
 _entry_points_loaded = False
 
 
@@ -44,7 +45,7 @@ def plugin_manager() -> pluggy.PluginManager:
                 # Both trylast, so called in this order: this machine's files, then the tables
                 # installed libraries ship.
                 pm.register(filestore.FileStore(), name=filestore.NAME)
-                pm.register(tables.TableStore(), name="tdp.tables")
+                pm.register(tables.TableStore(), name=TABLES)
                 from .search.model import BuiltinModel
                 from .search.strategy import BuiltinSearch  # it calls back into the bus
 
@@ -124,8 +125,11 @@ def cache_get(entry: Any) -> Optional[tuple[str, dict]]:
     (``tdp_cache_get``), or None. Every record passes ``records.check`` here, whatever store it
     came from, and is returned in this version's layout (whatever format it was stored in): an
     invalid one is warned about (naming the store) and the next store is asked;
-    the key is then re-tuned and its entry replaced."""
-    for impl in _impls("tdp_cache_get"):
+    the key is then re-tuned and its entry replaced. The tables installed libraries ship
+    (``tdp.tables``) are asked after every other store, ``trylast`` ones too: a pick tuned here or
+    kept in a user's store always beats a shipped one."""
+    impls = _impls("tdp_cache_get")
+    for impl in [i for i in impls if i.plugin_name != TABLES] + [i for i in impls if i.plugin_name == TABLES]:
         record = _call(impl, {"entry": entry})
         if record is None:
             continue

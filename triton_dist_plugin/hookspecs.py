@@ -190,7 +190,9 @@ def tdp_cache_get(entry):
 
     The built-in file store (``tdp.store``, ``trylast``) reads ``entry.path``; a store registered
     without ``trylast`` is asked before it, and ``unregister(name="tdp.store")`` leaves the
-    registered stores alone. Whatever store answers, the record is checked as a file's is (the
+    registered stores alone. The tables installed libraries ship (``tdp.tables``) are asked
+    after every store, ``trylast`` or not: a pick tuned here, or kept in a user's store, beats a
+    shipped one. Whatever store answers, the record is checked as a file's is (the
     layout of its format, an older one read in the current layout; key, context, pick still among
     the candidates, versions with ``TRITON_DIST_AUTOTUNE_VERSION_CHECK=1``); one that fails is
     tuned again. For a function-level key under the default search and effort a second ``entry``

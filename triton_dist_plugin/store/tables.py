@@ -54,12 +54,25 @@ def entries() -> dict:
                 _reading.on = True
                 try:
                     found: dict = {}
-                    for name, path in _declared():
-                        found.update(_read(name, path))
+                    for name, path in sorted(_declared(), key=lambda d: d[0]):  # any order of discovery alike
+                        _merge(found, name, _read(name, path))
                     _entries = found
                 finally:
                     _reading.on = False
     return _entries
+
+
+def _merge(found: dict, label: str, usable: dict) -> None:
+    """Add one table's entries: where an earlier table (by name) has the same key with another
+    pick, the earlier one's stays, and this table is warned about once."""
+    clashes = [key for key, record in usable.items()
+               if key in found and found[key].get("pick_config") != record.get("pick_config")]
+    for key, record in usable.items():
+        found.setdefault(key, record)
+    if clashes:
+        kind, name, _ = clashes[0]
+        _warn(label, f"{len(clashes)} of its entries pick otherwise than a table named before it for the same "
+                     f"key ({kind} {name} first), and are not used")
 
 
 def _declared() -> list:
@@ -97,8 +110,8 @@ def _read(label: str, path: Path) -> dict:
         except ValueError as exc:
             refused.append(f"entry {n}{exc}")
             continue
-        if kind is None:
-            continue  # Triton's own files: nothing to serve
+        if kind is None or not _in_use(record["hardware"].get("device")):
+            continue  # Triton's own files, or a device this process has not used: nothing to serve here
         try:
             why = checks.mismatch(kind, record, seen, versions=describe.versions_checked())
         except Exception as exc:  # noqa: BLE001 - one odd entry never stops the others
@@ -115,6 +128,21 @@ def _read(label: str, path: Path) -> dict:
         _warn(label, f"none of its {len(elsewhere)} entries was made for this machine and software, so it is "
                      f"not used (first: {elsewhere[0]})")
     return usable
+
+
+def _in_use(device: Any) -> bool:
+    """Whether this process has taken up ``device``: the first lookup comes from a launch, whose
+    tensors are on its device already. Describing one it has not would start its driver (and a
+    GPU context) in a process that may never use it, to check entries none of its keys can find."""
+    if device == "cpu":
+        return True
+    import sys
+
+    module = getattr(sys.modules.get("torch"), str(device), None)
+    try:
+        return bool(module.is_initialized())
+    except Exception:  # noqa: BLE001 - not a device torch knows here
+        return False
 
 
 def _warn(label: str, why: str) -> None:
