@@ -60,7 +60,14 @@ class OddGrid:
         return {128: 1.3, 256: 1.0, 512: 1.2}[block]
 
 
-def test_frozen_nearest_launches_the_config_the_tuned_keys_around_it_favour(plugins, monkeypatch):
+@pytest.mark.parametrize("memo", ["default", "none"])
+def test_frozen_nearest_launches_the_config_the_tuned_keys_around_it_favour(plugins, monkeypatch, memo):
+    """The same picks whether the neighbours' entries are kept read for the process or read again
+    each time (a memo of 1 byte keeps none); the memo never holds more bytes than it may."""
+    from triton_dist_plugin.store import persist
+
+    if memo == "none":
+        monkeypatch.setattr(persist, "_READ_BYTES", 1)
     plugins(OddGrid())
     for n in (300, 1000, 3000, 6000, 10000):
         kernel = triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit)
@@ -82,6 +89,8 @@ def test_frozen_nearest_launches_the_config_the_tuned_keys_around_it_favour(plug
         warnings.simplefilter("ignore")
         ADD.launch(kernel, x, x)
     assert kernel.best_config.kwargs["BLOCK"] == 512
+    held = [h[0][1] for h in persist._READ.values()]
+    assert sum(held) <= persist._READ_BYTES and (held if memo == "default" else not held), held
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -42,18 +42,31 @@ def slowdowns(times: dict, chosen: list) -> dict:
     return out
 
 
-def _cost(times: dict, chosen: list) -> tuple:
-    values = list(slowdowns(times, chosen).values())
-    served = [v for v in values if v is not None]
-    return (len(values) - len(served), statistics.fmean(served) if served else math.inf)
-
-
 def choose(times: dict, k: int) -> list:
-    """The ``k`` configs (fewer if fewer were measured) chosen greedily, as the module says."""
+    """The ``k`` configs (fewer if fewer were measured) chosen greedily, as the module says. Each
+    key's best time among those chosen so far is kept, so a step weighs each config once per key
+    (not once per key and chosen config): a large space and ``k`` stay quick."""
     configs = list(dict.fromkeys(c for measured in times.values() for c in measured))
+    floor = {key: min(measured.values()) for key, measured in times.items()}
+    best: dict = dict.fromkeys(times)  # each key's fastest among those chosen (None: none measured there)
+
+    def cost(config: str) -> tuple:  # (keys left unserved, mean slowdown of the served) with ``config`` added
+        served = []
+        for key, measured in times.items():
+            ms, held = measured.get(config), best[key]
+            ms = held if ms is None else (ms if held is None else min(ms, held))
+            if ms is not None:
+                served.append(ms / floor[key])
+        return (len(times) - len(served), statistics.fmean(served) if served else math.inf)
+
     chosen: list = []
     while len(chosen) < min(k, len(configs)):
-        chosen.append(min((c for c in configs if c not in chosen), key=lambda c: _cost(times, chosen + [c])))
+        taken = set(chosen)
+        pick = min((c for c in configs if c not in taken), key=cost)
+        chosen.append(pick)
+        for key, measured in times.items():
+            if pick in measured and (best[key] is None or measured[pick] < best[key]):
+                best[key] = measured[pick]
     return chosen
 
 

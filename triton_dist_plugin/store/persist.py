@@ -39,7 +39,8 @@ FORMAT = cache.FORMAT  # the same record layout as function-level entries
 DIRECTORY = "kernels"
 TRIES = 8  # the most entries a lookup of the nearest stored key reads
 _READ: dict = {}  # (folder, name) -> (stat, checked record, record): frozen mode's neighbours, read once
-_READ_MOST = 64
+_READ_MOST = 64  # entries kept...
+_READ_BYTES = 32 << 20  # ...and their files' bytes at most (an entry may be up to 32 MiB): oldest go first
 _READ_LOCK = threading.Lock()
 
 
@@ -153,9 +154,12 @@ class KernelStore(cache.EntryStore):
             except records.RecordError:
                 held = (stat, None, record)
             with _READ_LOCK:
-                while len(_READ) >= _READ_MOST:
+                _READ.pop((str(self.dir), name), None)
+                while _READ and (len(_READ) >= _READ_MOST or
+                                 sum(h[0][1] for h in _READ.values()) + st.st_size > _READ_BYTES):
                     _READ.pop(next(iter(_READ)))
-                _READ[(str(self.dir), name)] = held
+                if st.st_size <= _READ_BYTES:
+                    _READ[(str(self.dir), name)] = held
         return self._usable(held[2], name, key, claimed, checked=held[1])
 
     def _usable(self, record: Any, name: str, key: Any, claimed: float, checked: Any = False) -> Optional[tuple]:
