@@ -120,3 +120,54 @@ def test_a_search_plugin_reads_the_screens_older_fields_from_the_policy(monkeypa
         assert getattr(screen, name) == getattr(full, name), name
     with pytest.raises(AttributeError, match="no_such_field"):
         screen.no_such_field  # noqa: B018
+
+
+def test_a_more_thorough_context_is_one_more_thorough_search_or_effort_and_never_the_reverse():
+    from triton_dist_plugin.store import fingerprint
+
+    base = {"method": "wall", "accuracy": False, "configs": "c"}
+    ctx = lambda search_name, effort="default": {**base, "search": search_name,  # noqa: E731
+                                                  **({} if effort == "default" else {"effort": effort})}
+    assert fingerprint.thorougher(ctx("halving")) == [ctx("exhaustive", "full"), ctx("exhaustive"),
+                                                      ctx("halving", "full")]
+    assert fingerprint.thorougher(ctx("optuna", "quick")) == [
+        ctx("exhaustive", "full"), ctx("exhaustive"), ctx("exhaustive", "quick"), ctx("optuna", "full"), ctx("optuna")]
+    assert fingerprint.thorougher(ctx("exhaustive", "full")) == [] and fingerprint.thorougher({"method": "x"}) == []
+    for ours in (ctx("halving"), ctx("optuna", "quick"), ctx("halving", "full")):
+        for theirs in fingerprint.thorougher(ours):
+            assert fingerprint.serves(theirs, ours) and not fingerprint.serves(ours, theirs)
+            assert {k: v for k, v in theirs.items() if k not in ("search", "effort")} == base  # the checks kept
+    assert not fingerprint.serves(ctx("optuna"), ctx("halving"))  # neither is more thorough than the other
+    assert not fingerprint.serves({**ctx("exhaustive", "full"), "accuracy": True}, ctx("halving"))
+
+
+def test_a_pick_tuned_more_thoroughly_serves_a_tuning_at_the_defaults_and_not_the_reverse(monkeypatch, timed,
+                                                                                          recorder):
+    """What a library ships in a table, tuned with ``full`` effort or every candidate measured, is
+    served to a program that tunes at the defaults (exactly, and as frozen mode's nearest key); a
+    ``quick`` pick is not."""
+    import warnings
+
+    kernel, record, _, _ = _tune("full", monkeypatch, timed, recorder)  # key n=300
+    pick = kernel.best_config
+    kernel, record, _, timed_now = _tune("default", monkeypatch, timed, recorder)
+    assert record.cache_hit and timed_now == 0 and str(kernel.best_config) == str(pick)
+    kernel, record, _, timed_now = _tune("quick", monkeypatch, timed, recorder)
+    assert record.cache_hit and timed_now == 0
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_FROZEN", "nearest")  # a key never tuned, near the full effort's
+    monkeypatch.setenv(policy.EFFORT_ENV, "default")
+    fresh = triton.autotune(configs=LARGE, key=["n"])(copy)
+    x = torch.randn(310, device=DEVICE)
+    out = torch.zeros_like(x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fresh[lambda m: (triton.cdiv(310, m["BLOCK"]),)](x, out, 310)
+    torch.testing.assert_close(out, x)
+    assert any("nearest tuned key (300" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    assert str(fresh.best_config) == str(pick)
+
+
+def test_a_quick_pick_is_not_served_to_a_tuning_at_the_defaults(monkeypatch, timed, recorder):
+    _tune("quick", monkeypatch, timed, recorder)
+    _, record, _, timed_now = _tune("default", monkeypatch, timed, recorder)
+    assert not record.cache_hit and timed_now > 0

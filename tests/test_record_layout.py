@@ -92,9 +92,8 @@ def test_a_function_writes_the_one_layout_keyed_on_the_search(tmp_path):
 # -- a function-level pick is keyed on the search and its effort ---------------------------------
 
 @pytest.mark.parametrize("setting, value", [("TRITON_DIST_AUTOTUNE_SEARCH", "exhaustive"),
-                                            ("TRITON_DIST_AUTOTUNE_EFFORT", "quick"),
                                             ("TRITON_DIST_AUTOTUNE_EFFORT", "full")])
-def test_a_function_pick_of_one_search_or_effort_is_not_served_to_another(setting, value, monkeypatch, tmp_path):
+def test_a_function_pick_is_not_served_to_a_more_thorough_search_or_effort(setting, value, monkeypatch, tmp_path):
     x = torch.ones(4)
     Scaled()(x)
     with monkeypatch.context() as m:
@@ -110,6 +109,27 @@ def test_a_function_pick_of_one_search_or_effort_is_not_served_to_another(settin
     assert len(first.calls) == 1  # the defaults' pick still stands
     contexts = sorted(json.dumps(json.loads(p.read_text())["context"]) for p in function_file(tmp_path / "tdp-cache"))
     assert len(contexts) == 2 and json.dumps(DEFAULTS) in contexts
+
+
+def test_a_function_pick_serves_a_less_thorough_effort_and_one_of_that_effort_stays_its_own(monkeypatch, tmp_path):
+    """The defaults' pick serves ``quick`` (a harder look knows no less); a pick tuned at ``quick``
+    (here, once the defaults' is gone) serves ``quick`` only: the defaults tune again."""
+    x = torch.ones(4)
+    Scaled()(x)
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_EFFORT", "quick")
+    served = Scaled()
+    served(x)
+    assert len(served.calls) == 1  # the defaults' pick, nothing timed
+    assert len(list(function_file(tmp_path / "tdp-cache"))) == 1
+    for path in function_file(tmp_path / "tdp-cache"):
+        path.unlink()
+    tuned = Scaled()
+    tuned(x)
+    assert len(tuned.calls) > 1  # none left: tuned at quick
+    monkeypatch.delenv("TRITON_DIST_AUTOTUNE_EFFORT")
+    defaults = Scaled()
+    defaults(x)
+    assert len(defaults.calls) > 1  # the quick pick is not the defaults'
 
 
 # -- older entries, as the previous releases wrote them, are still read -------------------------

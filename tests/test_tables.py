@@ -216,3 +216,15 @@ def test_two_tables_that_pick_otherwise_for_one_key_use_the_first_by_name_and_sa
         assert seen["pick"] == 256, seen  # alib's, the first by name
         (warning,) = seen["warnings"]
         assert "blib" in warning and "1 of its entries pick otherwise" in warning, warning
+
+
+def test_a_table_tuned_with_every_candidate_measured_is_served_to_a_program_at_the_defaults(plugins, monkeypatch,
+                                                                                           tmp_path):
+    """Authors tune tables harder than programs do (and ``cover`` wants every candidate measured):
+    such a table still serves a program that sets nothing."""
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_SEARCH", "exhaustive")
+    items = _picks(plugins, monkeypatch, tmp_path, 256)
+    monkeypatch.delenv("TRITON_DIST_AUTOTUNE_SEARCH")
+    assert all(i["record"]["context"]["search"] == "exhaustive" for i in items if "record" in i)
+    seen = _child(tmp_path, _library(tmp_path, items))
+    assert seen == {"timed": 0, "hit": True, "pick": 256, "warnings": [], "table": True}, seen

@@ -145,15 +145,18 @@ class EntryStore:
     def __init__(self, name: str, source: str, hw: dict, directory: Path, root: Path, context: dict):
         self.name, self.source, self.hw, self.dir, self.root, self.context = name, source, hw, directory, root, context
 
-    def entry(self, key: Any) -> CacheEntry:
-        return cache_entry(self.kind, self.name, self.dir, self.source, self.hw, key, self.context, self.root)
+    def entry(self, key: Any, context: Any = None) -> CacheEntry:
+        """``key``'s entry under this store's context (or ``context``)."""
+        return cache_entry(self.kind, self.name, self.dir, self.source, self.hw, key,
+                           self.context if context is None else context, self.root)
 
     def path(self, key: Any) -> Path:
         return self.entry(key).path
 
     def places(self, key: Any) -> list[CacheEntry]:
-        """Where ``key``'s entry may be, the first first (a store may add an older layout's place)."""
-        return [self.entry(key)]
+        """Where ``key``'s entry may be, the first first: its own, then where more thorough tunings
+        put theirs (``fingerprint.thorougher``; a store may add an older layout's place)."""
+        return [self.entry(key), *(self.entry(key, c) for c in fingerprint.thorougher(self.context))]
 
     def lookup(self, key: Any, fits: Callable[[dict], bool] = lambda record: True) -> Optional[tuple[str, dict, str]]:
         """``(where it was found, record, the store that answered)`` of ``key``'s entry in this
@@ -168,7 +171,8 @@ class EntryStore:
             if found is None:
                 continue
             store, record = found
-            if record["key"] != repr(key) or record["context"] != self.context or not fits(record):
+            if record["key"] != repr(key) or not fingerprint.serves(record["context"], self.context) \
+                    or not fits(record):
                 warnings.warn(f"autotune cache {bus.where(entry, store)} is not {self.name}'s entry for key {key!r} "
                               "here (its key, setting or candidates differ); re-tuning", RuntimeWarning,
                               stacklevel=_callsite.stacklevel())
@@ -200,12 +204,13 @@ class FunctionCache(EntryStore):
                          fingerprint.tuning_context())
 
     def places(self, key: Any) -> list[CacheEntry]:
-        """Its place, then, under the default search and effort, where formats 1 and 2 kept it
-        (an id that covered no context): such an entry is taken as tuned under the defaults."""
+        """Its places (``EntryStore.places``), then, under the default search and effort, where
+        formats 1 and 2 kept it (an id that covered no context): such an entry is taken as tuned
+        under the defaults."""
         if self.context != fingerprint.tuning_context(unset=True):
-            return [self.entry(key)]
-        return [self.entry(key), cache_entry(self.kind, self.name, self.dir, self.source, self.hw, key, None,
-                                             self.root)]
+            return super().places(key)
+        return [*super().places(key), cache_entry(self.kind, self.name, self.dir, self.source, self.hw, key, None,
+                                                  self.root)]
 
     def find(self, key: Any, space_reprs: list[str]) -> Optional[tuple[str, dict, str]]:
         """``(where it was found, record, store)`` for ``key`` if valid for this source, hardware,

@@ -112,10 +112,41 @@ def triton_cache_dir() -> Path:
 def tuning_context(unset: bool = False) -> dict:
     """How a pick was searched for, as kernel and function entries are both keyed on it: the
     search, and the effort where it is not the default (entries stored before there were efforts
-    stay valid, and a pick of one effort is never served to another). ``unset``: what the
+    stay valid, and a pick of one effort is served to no less thorough a one: ``thorougher``). ``unset``: what the
     defaults give, whatever the environment says (what an older function entry, which recorded
     neither, is taken to have been tuned under)."""
     if unset:
         return {"search": settings.unset_value(search.SEARCH_ENV)}
     name = policy.current().name
     return {"search": settings.value(search.SEARCH_ENV), **({} if name == "default" else {"effort": name})}
+
+
+_EFFORTS = ("full", "default", "quick")  # most thorough first
+
+
+def thorougher(context: Any) -> list[dict]:
+    """``context`` as more thorough tunings would have it (the search ``exhaustive``, the effort
+    ``full`` or ``default`` above ``quick``), most thorough first. A pick made so may serve a
+    lookup made under ``context``: how hard a search looked is not a check the pick must have
+    passed (those, the accuracy check and isolation, stay as they are), and a harder look knows
+    no less. So a table a library tuned with ``full`` effort, or every candidate measured, is
+    served to a program that tunes with the defaults. Empty for a context without a search."""
+    if not isinstance(context, dict) or "search" not in context:
+        return []
+    search_name, effort = context["search"], context.get("effort", "default")
+    floor = _EFFORTS.index(effort) if effort in _EFFORTS else 1
+    out: list[dict] = []
+    for name in dict.fromkeys(("exhaustive", search_name)):
+        for level in _EFFORTS[:floor + 1]:
+            if (name, level) == (search_name, effort):
+                continue
+            variant = {k: v for k, v in context.items() if k != "effort"}
+            variant.update({"search": name, **({} if level == "default" else {"effort": level})})
+            out.append(variant)
+    return out
+
+
+def serves(theirs: Any, ours: Any) -> bool:
+    """Whether a pick made under the context ``theirs`` may serve a lookup under ``ours``: the
+    same, or the same but for a more thorough search (``thorougher``)."""
+    return theirs == ours or theirs in thorougher(ours)

@@ -52,16 +52,17 @@ _told: set = set()  # folders whose catch-up this process has announced
 # -- reading -------------------------------------------------------------------------------------
 
 def nearest(folder: Path, root: Optional[Path], ident: str, vector: tuple,
-            picks: Optional[set] = None) -> Iterator[tuple[float, str]]:
+            picks: Optional[set] = None, catch_up: bool = True) -> Iterator[tuple[float, str]]:
     """``(distance, entry name)`` of the keys of index ``ident`` in ``folder``, nearest
     ``vector`` first (a key at distance 0 too: the key itself under other candidates, or a key
     as near; the caller decides); with ``picks`` (``pick_digest`` values) a key whose pick is
-    none of them is passed over."""
+    none of them is passed over. ``catch_up`` False: an index behind its directory is not brought
+    up to date for this (a lookup that asks several indexes of one folder does so once)."""
     if not vector or not all(math.isfinite(v) for v in vector):
         return  # no numbers: every comparable key is this one; a number that is not finite: none is near
     try:
         with open_directory(folder, root, create=False) as fd:
-            table = _current(fd, folder, ident)
+            table = _current(fd, folder, ident, catch_up)
     except (FileNotFoundError, NotADirectoryError):
         return
     except OSError as exc:
@@ -113,10 +114,10 @@ def _ranked(rows: bytes, dims: int, vector: tuple, picks: Optional[set]) -> Iter
         yield best, rows[start: start + 16].hex() + ".json"
 
 
-def _current(fd: int, folder: Path, ident: str) -> Optional[tuple[int, bytes]]:
+def _current(fd: int, folder: Path, ident: str, catch_up: bool = True) -> Optional[tuple[int, bytes]]:
     """The rows of ``ident`` as the directory holds now: from this process's memory, the index
     file when its stamp matches, else after bringing the index up to date, for at most
-    ``CATCH_UP_S`` (the rows indexed so far, then)."""
+    ``CATCH_UP_S`` (the rows indexed so far, then; without ``catch_up``, those indexed already)."""
     state = _state(fd)
     seen = _memo.get(str(folder))
     if seen is None or seen[0] != state:
@@ -132,6 +133,8 @@ def _current(fd: int, folder: Path, ident: str) -> Optional[tuple[int, bytes]]:
         seen[1][ident] = table
         _memo[str(folder)] = seen
         return table
+    if not catch_up:
+        return seen[1].get(ident)
     tables, caught_up = refresh(fd, folder, CATCH_UP_S)
     _memo[str(folder)] = (state, tables, True, caught_up)
     if not caught_up and str(folder) not in _told:

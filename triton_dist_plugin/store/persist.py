@@ -25,6 +25,7 @@ their description); otherwise the key is tuned again.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import math
 import os
 import threading
@@ -56,10 +57,10 @@ def context(device: str, configs: list, method: str, accuracy: bool, isolated: b
 
 
 def _same_setting(theirs: Any, ours: dict) -> bool:
-    """Another key's entry made under the same context (its candidates may differ: pruning and
-    generation depend on the key)."""
-    return isinstance(theirs, dict) and {k: v for k, v in theirs.items() if k != "configs"} == \
-        {k: v for k, v in ours.items() if k != "configs"}
+    """Another key's entry made under the same context, or a more thorough search's (its
+    candidates may differ: pruning and generation depend on the key)."""
+    return isinstance(theirs, dict) and fingerprint.serves({k: v for k, v in theirs.items() if k != "configs"},
+                                                           {k: v for k, v in ours.items() if k != "configs"})
 
 
 def enabled(instance: Any) -> bool:
@@ -124,9 +125,11 @@ class KernelStore(cache.EntryStore):
         if signature is None:
             return
         vector = keys.vector(key)
-        ident = index.identity(self.name, self.source, self.hw, self.context, signature)
+        contexts = (self.context, *fingerprint.thorougher(self.context))  # this index, then more thorough ones
+        streams = [index.nearest(self.dir, self.root, index.identity(self.name, self.source, self.hw, c, signature),
+                                 vector, picks, catch_up=n == 0) for n, c in enumerate(contexts)]
         seen: set = set()
-        for claimed, name in index.nearest(self.dir, self.root, ident, vector, picks):
+        for claimed, name in heapq.merge(*streams):  # merge primes them in order: this one's catches up first
             if name in seen:  # an entry written again has a row per write
                 continue
             if len(seen) >= TRIES:
