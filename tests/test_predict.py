@@ -66,6 +66,7 @@ def test_frozen_nearest_launches_the_config_the_tuned_keys_around_it_favour(plug
     each time (a memo of 1 byte keeps none); the memo never holds more bytes than it may."""
     from triton_dist_plugin.store import persist
 
+    monkeypatch.setattr(persist, "_READ", {})  # this process's memo, from this test on
     if memo == "none":
         monkeypatch.setattr(persist, "_READ_BYTES", 1)
     plugins(OddGrid())

@@ -177,14 +177,20 @@ def test_an_old_function_entry_is_served_under_the_default_search_and_effort(fmt
 
 
 @pytest.mark.parametrize("setting, value", [("TRITON_DIST_AUTOTUNE_SEARCH", "optuna"),
+                                            ("TRITON_DIST_AUTOTUNE_EFFORT", "full"),
                                             ("TRITON_DIST_AUTOTUNE_EFFORT", "quick")])
-def test_an_old_function_entry_is_not_served_under_another_search_or_effort(setting, value, tmp_path, monkeypatch):
-    """It recorded neither: it is taken as tuned under the defaults, and tuned again under others."""
+def test_an_old_function_entry_is_served_where_a_pick_of_the_defaults_would_be(setting, value, tmp_path, monkeypatch):
+    """It recorded neither: it is taken as tuned under the defaults, so it serves ``quick`` (which
+    looks less hard) and is tuned again under another search or a harder effort."""
     tuner, _, path = _plant_old_function(tmp_path, 2)
     monkeypatch.setenv(setting, value)
     tuner(torch.ones(4))
-    assert len(tuner.calls) > 1
-    assert len(function_file(tmp_path / "tdp-cache")) == 2 and path.exists()  # the old entry is left as it was
+    if value == "quick":
+        assert len(tuner.calls) == 1 and len(function_file(tmp_path / "tdp-cache")) == 1
+    else:
+        assert len(tuner.calls) > 1
+        assert len(function_file(tmp_path / "tdp-cache")) == 2  # its own beside it
+    assert path.exists()  # the old entry is left as it was
 
 
 def _old_kernel_record(store: persist.KernelStore, key: str) -> dict:

@@ -15,13 +15,12 @@ import pytest
 import torch
 from helpers import python
 
-from triton_dist_plugin.isolation import isolate, worker_start
+from triton_dist_plugin.isolation import fork_checks, isolate, worker_start
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; forks only on Linux")
 
-# Imported by the script: two generated kernels, so the worker is forked while this module is half
-# imported (at the first decoration) and must import it afresh for the second. Imported in the
-# worker, it writes down what the worker holds.
+# Imported by the script after its own kernel made the worker: two generated kernels (imported in
+# the worker too, ahead of their first call), and, imported there, a note of what the worker holds.
 KERNELS = '''
 import json, os, signal, sys, warnings
 import triton, triton.language as tl
@@ -47,7 +46,9 @@ if name == "tdp-isolation":
     seen = {"fds": fds, "filters": filters,
             "sigterm": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
             "sigint": signal.getsignal(signal.SIGINT) == signal.SIG_IGN,
-            "path": sys.path, "trace": sys.gettrace() is None, "stdout": sys.stdout.fileno()}
+            "path": sys.path, "trace": sys.gettrace() is None, "stdout": sys.stdout.fileno(),
+            "plugin": sys.modules["triton_dist_plugin"].is_active(), "threads": __import__("torch").get_num_threads(),
+            "log_handlers": len(__import__("logging").getLogger().handlers), "wakeup": signal.set_wakeup_fd(-1)}
     with open(os.environ["TDP_SEEN"] + f".{os.getpid()}", "w") as fh:
         json.dump(seen, fh)
 '''
@@ -75,8 +76,27 @@ logging.basicConfig(filename=os.path.join(here, "parent.log"))
 sys.stdout.write("buffered-once\\n")
 if sys.argv[1] == "thread":
     threading.Thread(target=time.sleep, args=(60,), name="user-thread", daemon=True).start()
+torch.set_num_threads(2)
+(torch.ones(1 << 20) * 2).sum()  # torch's CPU thread pool, in use before the fork
+import faulthandler
+faulthandler.dump_traceback_later(600)  # a watchdog's timer thread
+sys.path.insert(0, os.getcwd())  # as `python -c` has it: never the worker's
+wake_r, wake_w = os.pipe()
+os.set_blocking(wake_w, False)
+signal.set_wakeup_fd(wake_w)  # as an event loop sets it
 warnings.simplefilter("error")  # every warning an error here, the fork's own included
+
+@triton.jit
+def copy(x, out, n, BLOCK: triton.language.constexpr):
+    offs = triton.language.program_id(0) * BLOCK + triton.language.arange(0, BLOCK)
+    triton.language.store(out + offs, triton.language.load(x + offs, mask=offs < n), mask=offs < n)
+
+if sys.argv[1] != "importing":  # a kernel of the script's own: the worker starts as it is decorated
+    sys.settrace(lambda *a: None)
+    triton.autotune(configs=[], key=["n"])(copy)
+    sys.settrace(None)
 import kmod
+faulthandler.cancel_dump_traceback_later()
 
 worker = isolate._shared
 x = torch.randn(300)
@@ -117,11 +137,13 @@ def _run(tmp_path: Path, mode: str, **env: str) -> tuple[dict, list[dict], str]:
 
 
 def test_a_forked_worker_holds_nothing_of_its_parent_that_could_act(tmp_path):
-    """Forked mid-import of the kernels' module: it imports that module afresh (the second kernel
-    was not defined yet at the fork) and runs its candidates; it holds none of the parent's files
-    (the listening socket can be bound again, the lock file locked again once the parent closed
-    them), none of its signal handlers (a SIGTERM kills it, the parent's handler never runs), its
-    warnings filters or its buffered output, and it starts no worker of its own."""
+    """Forked as the script's own kernel is decorated, after the script used torch's CPU pool and
+    set a watchdog timer and a tracer: it imports the kernels' module imported after (as plain
+    Triton: the plugin's patches put away) and runs its candidates; it holds none of the parent's
+    files (the listening socket can be bound again, the lock file locked again once the parent
+    closed them), none of its signal handlers (a SIGTERM kills it, the parent's handler never
+    runs), its warnings made errors, its tracer, its path entry for the working directory or its
+    buffered output."""
     result, seen, stdout = _run(tmp_path, "plain")
     assert result["began"] == "forked" and result["comm"] == "tdp-isolation"
     assert result["code"] == -15 and not (tmp_path / "handler-ran").exists()
@@ -137,6 +159,16 @@ def test_a_forked_worker_holds_nothing_of_its_parent_that_could_act(tmp_path):
     assert not [f for f in inside["filters"] if f[0] == "error"]  # none of the parent's errors
     assert inside["sigterm"] and inside["sigint"]  # default, and ^C left to the parent
     assert str(tmp_path / "elsewhere") not in inside["path"] and inside["trace"]
+    assert not inside["plugin"] and inside["threads"] == 1 and inside["log_handlers"] == 0 and inside["wakeup"] == -1
+
+
+def test_no_fork_while_a_module_is_being_imported(tmp_path):
+    """A kernel decorated as a library is imported: the child would hold the library half run (and
+    running it again repeats what it did, a lock it took, an operator it registered). A fresh
+    interpreter then, which imports it whole."""
+    result, seen, _ = _run(tmp_path, "importing")
+    assert result["began"] == "started as a fresh interpreter (a module is being imported (kmod))", result
+    assert result["notes"] and "0 failed there" in result["notes"][0], result["notes"]
 
 
 def test_a_process_with_other_threads_starts_a_fresh_worker_and_says_why(tmp_path):
@@ -157,18 +189,18 @@ def test_the_setting_turns_the_fork_off(tmp_path):
 
 def test_no_fork_once_the_gpu_is_in_use(monkeypatch):
     """Stand-in for a GPU (none here): torch says CUDA is initialised, as after a tensor was put on it."""
-    assert worker_start._device_in_use() is None  # no GPU driver in this process
+    assert fork_checks._device_in_use() is None  # no GPU driver in this process
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    assert worker_start._device_in_use() == "this process has used the GPU already"
+    assert fork_checks._device_in_use() == "this process has used the GPU already"
 
 
 def test_no_fork_from_a_process_holding_much_memory_of_its_own(monkeypatch):
     """A fork shares the parent's pages until either side writes one: with a large heap (a model
     loaded before the kernel was decorated), a fresh interpreter costs less. The limit is lowered
     here below what this test process holds (torch is imported)."""
-    assert worker_start._large_heap() is None
-    monkeypatch.setattr(worker_start, "_HEAP_MIB", 10)
-    refusal = worker_start._large_heap()
+    assert fork_checks._large_heap() is None
+    monkeypatch.setattr(fork_checks, "_HEAP_MIB", 10)
+    refusal = fork_checks._large_heap()
     assert refusal.startswith("this process holds ") and "MiB of its own memory" in refusal, refusal
 
 
@@ -192,9 +224,9 @@ def test_a_forked_worker_dies_of_a_crashing_candidate_and_is_replaced():
         worker.stop()
 
 
-def test_a_forked_worker_that_cannot_set_itself_up_says_why_and_tuning_goes_on(tmp_path):
-    """A failure while the child lets go of its parent (planted here) is the reason the kernel is
-    tuned unisolated, in the report; the launch itself is unharmed."""
+def test_a_forked_worker_that_cannot_set_itself_up_is_replaced_by_a_fresh_one(tmp_path):
+    """A failure while the child lets go of its parent (planted here): a fresh interpreter takes
+    over, and the report says why; the kernel is isolated all the same."""
     (tmp_path / "kmod.py").write_text(KERNELS)
     (tmp_path / "main.py").write_text(
         "import json, torch, triton\nimport triton_dist_plugin as tdp\n"
@@ -203,18 +235,26 @@ def test_a_forked_worker_that_cannot_set_itself_up_says_why_and_tuning_goes_on(t
         "worker_start._as_fresh = planted\n"
         "records = []\nclass Records:\n    @tdp.hookimpl\n    def tdp_on_tuned(self, record):\n"
         "        records.append(record)\ntdp.register(Records())\n"
-        "import kmod\nx = torch.randn(300)\nout = torch.zeros_like(x)\n"
-        "kmod.first[lambda m: (triton.cdiv(300, m['BLOCK']),)](x, out, 300)\n"
+        "import triton.language as tl\n"
+        "@triton.jit\ndef copy(x, out, n, BLOCK: tl.constexpr):\n"
+        "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+        "    tl.store(out + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)\n"
+        "kernel = triton.autotune(configs=[], key=['n'])(copy)\n"  # decorated here: the worker is forked
+        "x = torch.randn(300)\nout = torch.zeros_like(x)\n"
+        "kernel[lambda m: (triton.cdiv(300, m['BLOCK']),)](x, out, 300)\n"
         "assert torch.equal(out, x)\n"
         "print(json.dumps([n for n in records[0].notes if 'isolat' in n]))\n")
     (tmp_path / "home").mkdir()
     env = {**os.environ, "TRITON_INTERPRET": "1", "TRITON_DIST_AUTOTUNE_DIR": str(tmp_path / "tune"),
-           "TRITON_CACHE_DIR": str(tmp_path / "triton"), "HOME": str(tmp_path / "home"), "PYTHONPATH": str(tmp_path)}
+           "TRITON_CACHE_DIR": str(tmp_path / "triton"), "HOME": str(tmp_path / "home"), "PYTHONPATH": str(tmp_path),
+           "TDP_SEEN": str(tmp_path / "seen")}
     env.pop(isolate.ENV, None)
     proc = python(tmp_path / "main.py", env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     notes = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert notes == ["not isolated: the forked worker could not start (RuntimeError: planted)"], notes
+    assert len(notes) == 1 and "0 failed there" in notes[0] and ("worker started as a fresh interpreter (the forked "
+                                                               "worker failed: the forked worker could not start "
+                                                               "(RuntimeError: planted))") in notes[0], notes
 
 
 _ASKS_NOTHING = '''

@@ -19,7 +19,7 @@ import wrapt
 
 from . import _compat, bus
 from .compiling import forked_compile
-from .isolation import isolate
+from .isolation import isolate, worker_start
 from .patched import benchmarker, kernel_state, launch, subclass
 
 _lock = threading.Lock()
@@ -131,6 +131,17 @@ def _wrap_batch_bench_of(klass: type) -> None:
     ours = any(owner is klass and name == "_batch_bench" for owner, name, _, _ in _installed)
     if "_batch_bench" in klass.__dict__ and not ours:
         _wrap(klass, "_batch_bench", subclass.batch_bench_wrapper)
+
+
+def _put_away_in_worker() -> None:
+    """In a forked isolation worker: plain Triton, as a fresh worker has it."""
+    if _installed:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            deactivate()
+
+
+worker_start.IN_CHILD.append(_put_away_in_worker)
 
 
 def deactivate() -> None:

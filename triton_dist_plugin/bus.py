@@ -120,15 +120,16 @@ def first_answer(hook_name: str, check: Callable[[Any], Any], **kwargs: Any) -> 
     return None, None
 
 
-def cache_get(entry: Any) -> Optional[tuple[str, dict]]:
+def cache_get(entry: Any, tables: Optional[bool] = None) -> Optional[tuple[str, dict]]:
     """``(store name, record)`` from the first store that has a valid record for ``entry``
     (``tdp_cache_get``), or None. Every record passes ``records.check`` here, whatever store it
     came from, and is returned in this version's layout (whatever format it was stored in): an
-    invalid one is warned about (naming the store) and the next store is asked;
-    the key is then re-tuned and its entry replaced. The tables installed libraries ship
-    (``tdp.tables``) are asked after every other store, ``trylast`` ones too: a pick tuned here or
-    kept in a user's store always beats a shipped one."""
-    impls = _impls("tdp_cache_get")
+    invalid one is warned about (naming the store) and the next store is asked. The tables
+    installed libraries ship (``tdp.tables``) are asked after every other store, ``trylast`` ones
+    too; ``tables`` False asks the others alone, True the tables alone (a lookup of several places
+    asks every place of the others first: a pick tuned here, or kept in a user's store, always
+    beats a shipped one)."""
+    impls = [i for i in _impls("tdp_cache_get") if tables is None or (i.plugin_name == TABLES) == tables]
     for impl in [i for i in impls if i.plugin_name != TABLES] + [i for i in impls if i.plugin_name == TABLES]:
         record = _call(impl, {"entry": entry})
         if record is None:
@@ -139,8 +140,8 @@ def cache_get(entry: Any) -> Optional[tuple[str, dict]]:
         try:
             return impl.plugin_name, records.check(record, entry.kind)
         except records.RecordError as exc:
-            warnings.warn(f"invalid autotune cache entry {where(entry, impl.plugin_name)} ({exc}); ignoring it, it "
-                          "will be re-tuned and replaced", RuntimeWarning, stacklevel=4)
+            warnings.warn(f"invalid autotune cache entry {where(entry, impl.plugin_name)} ({exc}); ignoring it (a "
+                          "tuning of this key replaces it)", RuntimeWarning, stacklevel=4)
     return None
 
 

@@ -195,8 +195,11 @@ def tdp_cache_get(entry):
     shipped one. Whatever store answers, the record is checked as a file's is (the
     layout of its format, an older one read in the current layout; key, context, pick still among
     the candidates, versions with ``TRITON_DIST_AUTOTUNE_VERSION_CHECK=1``); one that fails is
-    tuned again. For a function-level key under the default search and effort a second ``entry``
-    may be asked for: the place earlier formats gave it (its digest covered no context). Only
+    not used. One lookup asks for up to six ``entry`` places, in order: the key's own, then where
+    more thorough tunings put theirs (the search ``exhaustive``, the effort ``full``: a pick of a
+    harder search serves an easier one), and, for a function-level key, the place earlier formats
+    gave it (its digest covered no context) right after the default setting's; every other
+    store is asked for every place before the tables are. Only
     these lookups go through stores: directory scans (frozen mode's nearest key,
     ``triton-dist-tune`` list/show/export/clear, manifest import) and the ``.log`` beside a
     function-level entry read and write the local cache directory only.

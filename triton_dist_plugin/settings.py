@@ -205,9 +205,9 @@ SETTINGS: tuple[Setting, ...] = (
             "run each candidate once in a worker process first, so one that crashes or hangs fails there, not "
             "in this process; `1`: for every kernel, `0`: never", _optional_bit, "0 or 1 (unset: generated only)"),
     Setting("TRITON_DIST_AUTOTUNE_ISOLATE_FORK", "0/1", "`1`",
-            "fork the isolation worker from this process while no GPU driver is initialised here and no other "
-            "thread runs (milliseconds, torch and Triton already imported); else, and with `0`, it is a fresh "
-            "interpreter, which imports them again (seconds)", _bit(True), "0 or 1"),
+            "fork the isolation worker from this process where that is safe (no GPU driver initialised here, no "
+            "other thread, no module being imported: see failure-modes.md), ready at once; else, and with `0`, "
+            "it is a fresh interpreter, which imports torch and Triton again (seconds)", _bit(True), "0 or 1"),
     Setting("TRITON_DIST_AUTOTUNE_ISOLATE_IDLE", "seconds", "`5`",
             "how long the isolation worker keeps its GPU context (some hundreds of MB) after the last tuning that "
             "used it; then a fresh worker that holds no GPU memory takes its place; `0`: kept for the life of the "

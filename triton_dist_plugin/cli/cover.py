@@ -46,6 +46,7 @@ def choose(times: dict, k: int) -> list:
     """The ``k`` configs (fewer if fewer were measured) chosen greedily, as the module says. Each
     key's best time among those chosen so far is kept, so a step weighs each config once per key
     (not once per key and chosen config): a large space and ``k`` stay quick."""
+    times = {key: measured for key, measured in times.items() if measured}  # a key measured at nothing: none serves it
     configs = list(dict.fromkeys(c for measured in times.values() for c in measured))
     floor = {key: min(measured.values()) for key, measured in times.items()}
     best: dict = dict.fromkeys(times)  # each key's fastest among those chosen (None: none measured there)

@@ -145,9 +145,9 @@ class Worker:
         self.generation = self.released = 0  # tunings begun; idle releases (``idle``)
         self.start()
 
-    def start(self) -> None:
+    def start(self, refusal: Optional[str] = None) -> None:
         ours, theirs = socket.socketpair()
-        self.proc, self.began = worker_start.launch(theirs, ours)
+        self.proc, self.began = worker_start.launch(theirs, ours, refusal)
         theirs.close()
         self.conn = Connection(ours.detach())
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -241,7 +241,13 @@ class Worker:
             if not pending:
                 return failed
             if not ready:
-                reply = self._receive(_START_TIMEOUT)
+                forked = self.began == "forked"
+                reply = self._receive(worker_start.FORKED_READY_S if forked else _START_TIMEOUT)
+                if forked and (reply is None or reply[0] != "ready"):  # a fresh interpreter takes over
+                    why = reply[1] if reply and len(reply) > 1 else \
+                        f"not ready within {worker_start.FORKED_READY_S:g}s" if reply is None else "it exited"
+                    self._replace(refusal=f"the forked worker failed: {why}")
+                    continue
                 if reply is None or reply[0] != "ready":
                     raise Unisolated(reply[1] if reply and len(reply) > 1 else "the worker did not start")
                 ready, self.awaiting = True, False
@@ -282,12 +288,13 @@ class Worker:
         ready = f"ready {self.ready_at - self.sent_at:.2f}s after the job" if self.ready_at else "never ready"
         return f"worker {self.began} {started}, {ready}"
 
-    def _replace(self) -> None:
-        """A new worker for the candidates the last one did not answer."""
+    def _replace(self, refusal: Optional[str] = None) -> None:
+        """A new worker for the candidates the last one did not answer (``refusal``: why it is
+        not to be forked)."""
         with self.lock:
             rest = list(self.sent)
             self.stop()
-            self.start()
+            self.start(refusal)
             if rest:
                 self.awaiting = True
                 self._send(self.job)

@@ -2,20 +2,21 @@
 fresh ``python -I`` interpreter.
 
 A fresh interpreter imports torch and Triton again (1.5-2.5 s), and a first tuning waits for it
-whenever its kernel is decorated shortly before its first launch, as scripts and libraries do. A
-fork has both already, in milliseconds. It is safe only before this process has initialised a
-GPU driver (a CUDA driver initialised before a fork is unusable in the child) and while no other
-Python thread could hold a lock the child needs; ``fork_refusal`` says why not, and the worker is
-then a fresh interpreter as before (``TRITON_DIST_AUTOTUNE_ISOLATE_FORK=0``: always). Either way
-the report's isolation note says which.
+whenever its kernel is decorated shortly before its first launch, as scripts do. A fork has both
+already, in milliseconds. ``fork_checks`` says when it is safe (and why not: the worker is then a
+fresh interpreter, as the report's isolation note says). A forked worker that fails to become
+ready (within ``FORKED_READY_S``) is replaced by a fresh interpreter: the fork only ever saves time.
 
-The forked child keeps nothing of this process that could act: it closes every file descriptor but
-its socket and standard streams (as ``close_fds`` does, so it holds no listening socket, pipe or
-lock file of its parent), restores default signal handlers, drops logging handlers and warnings made errors, drops
-tracers, forgets modules whose import the fork interrupted (imported again, if a kernel needs
-them, from ``sys.path`` less the working directory, where no kernel decorated starts a worker of
-its own: ``serving``), and never returns into its parent's code: it ends with ``os._exit``. It
-runs each candidate through the kernel's own ``JITFunction``, as the fresh interpreter does.
+The forked child keeps nothing of this process that could act: signals wait (blocked across the
+fork) until it has restored the default handlers; it closes every file descriptor but its socket
+and standard streams (as ``close_fds`` does, so it holds no listening socket, pipe or lock file of
+its parent); it drops tracers, logging handlers and warnings made errors, keeps one torch thread
+(its parent's pool is gone), and puts the plugin's patches away (``IN_CHILD``: plain Triton, as
+the fresh interpreter's ``TRITON_DIST_PLUGIN_DISABLE``); it never returns into its parent's code,
+ending with ``os._exit`` and the status a fresh interpreter would end with. It runs each
+candidate through the kernel's own ``JITFunction``, as the fresh interpreter does. What it cannot
+avoid: hooks libraries registered with ``os.register_at_fork`` run, in both processes, as at any
+fork (a data loader's, say).
 """
 
 from __future__ import annotations
@@ -28,19 +29,18 @@ import threading
 import time
 from typing import Any, Optional
 
-from .. import settings
-from . import isolate_source
+from . import fork_checks, isolate_source
 from .isolate_worker import BOOTSTRAP
 
-FORK_ENV = "TRITON_DIST_AUTOTUNE_ISOLATE_FORK"
+FORK_ENV = fork_checks.FORK_ENV
 NAME = b"tdp-isolation"  # the worker's process name (``ps -o comm``, ``top``), however it started
-_JOIN_S = 10.0  # the longest a fork waits for the plugin's own start-up threads (``forked_compile.prestart``)
-_CUDA_ERROR_NOT_INITIALIZED = 3
-#: The plugin's own threads that a child never needs anything of: they only send to, or time the
-#: release of, a worker the child knows nothing of (``isolate._forget_after_fork``).
-_HARMLESS = frozenset({"tdp-isolation-send", "tdp-isolation-idle"})
-_HEAP_MIB = 2048  # above this much private memory (a model loaded, say), a fresh interpreter costs less
+FORKED_READY_S = 30.0  # a forked worker not ready by then (its job's imports, its GPU context) is replaced
 _serving = False  # True in a forked worker
+
+
+#: What a forked child runs before it serves, to be as the fresh interpreter is (the switch layer
+#: puts its patches away here: ``activation``).
+IN_CHILD: list = []
 
 
 def serving() -> bool:
@@ -49,11 +49,12 @@ def serving() -> bool:
     return _serving
 
 
-def launch(theirs: socket.socket, ours: socket.socket) -> tuple[Any, str]:
+def launch(theirs: socket.socket, ours: socket.socket, refusal: Optional[str] = None) -> tuple[Any, str]:
     """Start a worker on ``theirs`` (its end of the socket pair; the caller closes it after):
-    ``(process, how)``, the process as ``subprocess.Popen`` shows one, and how it began."""
+    ``(process, how)``, the process as ``subprocess.Popen`` shows one, and how it began.
+    ``refusal``: why not to fork it (a forked one that failed to start, say)."""
     path = isolate_source.search_path()[0]
-    refusal = fork_refusal()
+    refusal = refusal or fork_checks.refusal()
     if refusal is None:
         try:
             return _fork(theirs, ours, path), "forked"
@@ -68,74 +69,6 @@ def launch(theirs: socket.socket, ours: socket.socket) -> tuple[Any, str]:
     proc = subprocess.Popen([sys.executable, "-I", "-c", BOOTSTRAP, *argv], pass_fds=[theirs.fileno()],
                             env=env, stdin=subprocess.DEVNULL)
     return proc, f"started as a fresh interpreter ({refusal})"
-
-
-def fork_refusal() -> Optional[str]:
-    """Why this process may not fork its worker now; None when it may."""
-    if not settings.value(FORK_ENV):
-        return f"{FORK_ENV}=0"
-    if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
-        return "forks only on Linux"
-    if threading.current_thread() is not threading.main_thread():
-        return "started from a thread other than the main one"
-    from ..compiling import forked_compile
-
-    forked_compile.prestarted(_JOIN_S)  # the plugin's own threads end first: they hold locks while they work
-    others = sorted(t.name for t in threading.enumerate()
-                    if t is not threading.current_thread() and t.name not in _HARMLESS)
-    if others:
-        return f"other threads run in this process ({', '.join(others[:3])})"
-    return _large_heap() or _device_in_use()
-
-
-def _large_heap() -> Optional[str]:
-    """Why this process's own memory is too large to share with a fork (each page is shared until
-    either side writes it: a model loaded before the kernel was decorated would be copied)."""
-    heap = 0
-    try:
-        with open("/proc/self/status") as status:
-            heap = next((int(line.split()[1]) // 1024 for line in status if line.startswith("RssAnon:")), 0)
-    except (OSError, ValueError, IndexError):
-        pass
-    if heap > _HEAP_MIB:
-        return f"this process holds {heap} MiB of its own memory (a fork shares it only until it is written)"
-    return None
-
-
-def _device_in_use() -> Optional[str]:
-    """Why a GPU driver may already be initialised in this process; None when none can be."""
-    torch = sys.modules.get("torch")
-    try:
-        if torch is not None and torch.cuda.is_initialized():
-            return "this process has used the GPU already"
-    except Exception:  # noqa: BLE001 - an unusual torch: the driver check below still decides
-        pass
-    if "torch_npu" in sys.modules:  # not known to be safe after its import: never tried on an NPU
-        return "torch_npu is imported"
-    try:
-        with open("/proc/self/maps") as maps:
-            libraries = {line.split()[-1] for line in maps if line.rstrip().endswith(".so") or ".so." in line}
-    except OSError:
-        return "the libraries this process loaded cannot be read"
-    for path in sorted(libraries):
-        name = os.path.basename(path)
-        if name.startswith("libcuda.so") and _cuda_initialised(path):
-            return "the CUDA driver is initialised in this process"
-        if name.startswith(("libamdhip64.so", "libascendcl.so")):
-            return f"{name.split('.so')[0]} is loaded"
-    return None
-
-
-def _cuda_initialised(path: str) -> bool:
-    """Whether ``cuInit`` ran here: before it, every driver call answers NOT_INITIALIZED (the
-    library being loaded, by Triton's helper module say, is not enough to make a fork unsafe)."""
-    import ctypes
-
-    try:
-        count = ctypes.c_int()
-        return ctypes.CDLL(path).cuDeviceGetCount(ctypes.byref(count)) != _CUDA_ERROR_NOT_INITIALIZED
-    except (OSError, AttributeError):
-        return True  # cannot tell: not safe
 
 
 class Forked:
@@ -172,6 +105,7 @@ class Forked:
 
 
 def _fork(theirs: socket.socket, ours: socket.socket, path: list[str]) -> Forked:
+    import signal
     import warnings
 
     for stream in (sys.stdout, sys.stderr):  # else the child holds, and may write again, what is buffered
@@ -180,19 +114,40 @@ def _fork(theirs: socket.socket, ours: socket.socket, path: list[str]) -> Forked
         except Exception:  # noqa: BLE001 - a closed or odd stream: nothing buffered to repeat
             pass
     parent = os.getpid()
-    with warnings.catch_warnings():
-        # 3.12+ warns of a fork with threads, counting native ones (a BLAS pool) we have judged safe.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            _become_worker(theirs.fileno(), ours, parent, path)
-        except BaseException as exc:  # noqa: BLE001 - never back into the parent's code
-            _tell(theirs.fileno(), f"the forked worker could not start ({type(exc).__name__}: {exc})")
-        finally:
-            os._exit(code)
+    # Signals wait until the child has put its parent's handlers away (a group's SIGTERM must not
+    # run the user's shutdown code in the worker); the parent gets its own back at once.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    pid = -1
+    try:
+        with warnings.catch_warnings():
+            # 3.12+ warns of a fork with threads, counting native ones (a BLAS pool): the child
+            # never uses them (one torch thread there, ``_as_fresh``).
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:
+            try:
+                _become_worker(theirs.fileno(), ours, parent, path, mask)
+            except BaseException as exc:  # noqa: BLE001 - never back into the parent's code
+                _tell(theirs.fileno(), f"the forked worker could not start ({type(exc).__name__}: {exc})")
+                os._exit(1)
+            os._exit(_serve(theirs.fileno(), parent))
+    finally:
+        if pid != 0:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     return Forked(pid)
+
+
+def _serve(fd: int, parent: int) -> int:  # pragma: no cover - child
+    """The worker's life, and its exit status, as a fresh interpreter's would be."""
+    from .isolate_worker import serve
+
+    try:
+        serve(fd, parent)
+    except SystemExit as exc:  # a candidate that exits: its status, as the fresh interpreter ends with
+        return exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - an uncaught error, as the interpreter ends with it
+        return 1
+    return 0
 
 
 def _tell(fd: int, reason: str) -> None:  # pragma: no cover - child
@@ -207,7 +162,9 @@ def _tell(fd: int, reason: str) -> None:  # pragma: no cover - child
         pass
 
 
-def _become_worker(fd: int, ours: socket.socket, parent: int, path: list[str]) -> None:  # pragma: no cover - child
+def _become_worker(fd: int, ours: socket.socket, parent: int, path: list[str],
+                   mask: Any) -> None:  # pragma: no cover - child
+    """Let go of the parent, then take signals again: what ``_serve`` runs next is the worker."""
     import ctypes
     import signal
 
@@ -223,9 +180,7 @@ def _become_worker(fd: int, ours: socket.socket, parent: int, path: list[str]) -
         os._exit(0)
     _let_go_of_parent(fd, ours)
     _as_fresh(path)
-    from .isolate_worker import serve
-
-    serve(fd, parent)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _let_go_of_parent(fd: int, ours: socket.socket) -> None:  # pragma: no cover - child
@@ -235,8 +190,10 @@ def _let_go_of_parent(fd: int, ours: socket.socket) -> None:  # pragma: no cover
     import signal
 
     gc.freeze()  # the parent's objects are never collected here: no finaliser of theirs runs on an fd reused below
-    faulthandler.disable()  # it writes to fds of the parent's, about to be closed
-    faulthandler.cancel_dump_traceback_later()
+    signal.set_wakeup_fd(-1)  # an event loop's: an fd number about to be closed, and perhaps reused
+    # Its writes go to fds of the parent's, about to be closed. (A dump timer's thread did not come
+    # along: cancelling it would wait forever on that thread's lock.)
+    faulthandler.disable()
     for number in signal.valid_signals():
         try:
             faulthandler.unregister(number)
@@ -256,7 +213,6 @@ def _let_go_of_parent(fd: int, ours: socket.socket) -> None:  # pragma: no cover
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own, for its life
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - a capture's stand-in would be lost
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-    signal.set_wakeup_fd(-1)  # an event loop's: an fd number closed above, perhaps reused
     for number in signal.valid_signals():
         try:
             if callable(signal.getsignal(number)):  # the parent's Python handlers: its code, not ours
@@ -272,7 +228,7 @@ def _let_go_of_parent(fd: int, ours: socket.socket) -> None:  # pragma: no cover
 
 def _as_fresh(path: list[str]) -> None:  # pragma: no cover - child
     """What a fresh interpreter would have: no warning made an error, no logging handler, the
-    worker's path, and no module whose import the fork interrupted."""
+    worker's path, one torch thread, and the plugin's patches put away."""
     import logging
     import warnings
 
@@ -286,7 +242,8 @@ def _as_fresh(path: list[str]) -> None:  # pragma: no cover - child
             logger.handlers.clear()  # not closed: their files were the parent's
     os.environ["TRITON_DIST_PLUGIN_DISABLE"] = "1"  # for any process the kernels' modules start
     sys.path[:] = path
-    for name, module in list(sys.modules.items()):  # run again here, in full, if a kernel needs them
-        if getattr(getattr(module, "__spec__", None), "_initializing", False) and not (
-                name == "triton_dist_plugin" or name.startswith("triton_dist_plugin.")):
-            del sys.modules[name]
+    torch = sys.modules.get("torch")
+    if torch is not None:  # a CPU thread pool of the parent's is gone: using it would wait forever
+        torch.set_num_threads(1)
+    for step in IN_CHILD:  # plain Triton, as the fresh interpreter's TRITON_DIST_PLUGIN_DISABLE gives
+        step()

@@ -166,20 +166,22 @@ class EntryStore:
         ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE``."""
         if settings.value(ALWAYS_TUNE_ENV):
             return None
-        for entry in self.places(key):
-            found = bus.cache_get(entry)
-            if found is None:
-                continue
-            store, record = found
-            if record["key"] != repr(key) or not fingerprint.serves(record["context"], self.context) \
-                    or not fits(record):
-                warnings.warn(f"autotune cache {bus.where(entry, store)} is not {self.name}'s entry for key {key!r} "
-                              "here (its key, setting or candidates differ); re-tuning", RuntimeWarning,
-                              stacklevel=_callsite.stacklevel())
-                return None
-            if describe.versions_refused(record["versions"]):
-                return None
-            return bus.where(entry, store), record, store
+        places = self.places(key)
+        for tables in (False, True):  # every place of this machine's and the user's stores, then the tables
+            for entry in places:
+                found = bus.cache_get(entry, tables=tables)
+                if found is None:
+                    continue
+                store, record = found
+                if record["key"] != repr(key) or not fingerprint.serves(record["context"], self.context) \
+                        or not fits(record):
+                    warnings.warn(f"autotune cache {bus.where(entry, store)} is not {self.name}'s entry for key "
+                                  f"{key!r} here (its key, setting or candidates differ); not used",
+                                  RuntimeWarning, stacklevel=_callsite.stacklevel())
+                    continue
+                if describe.versions_refused(record["versions"]):
+                    continue
+                return bus.where(entry, store), record, store
         return None
 
     def full(self, key: Any, body: dict) -> dict:
@@ -204,13 +206,16 @@ class FunctionCache(EntryStore):
                          fingerprint.tuning_context())
 
     def places(self, key: Any) -> list[CacheEntry]:
-        """Its places (``EntryStore.places``), then, under the default search and effort, where
-        formats 1 and 2 kept it (an id that covered no context): such an entry is taken as tuned
-        under the defaults."""
-        if self.context != fingerprint.tuning_context(unset=True):
-            return super().places(key)
-        return [*super().places(key), cache_entry(self.kind, self.name, self.dir, self.source, self.hw, key, None,
-                                                  self.root)]
+        """Its places (``EntryStore.places``), with, right after the defaults' own, where formats
+        1 and 2 kept it (an id that covered no context): such an entry is taken as tuned under the
+        defaults, so it serves where a pick of the defaults would."""
+        places = super().places(key)
+        defaults = fingerprint.tuning_context(unset=True)
+        contexts = [self.context, *fingerprint.thorougher(self.context)]
+        if defaults in contexts:  # read as tuned at the defaults: asked in the defaults' own turn
+            at = contexts.index(defaults) + 1
+            places.insert(at, cache_entry(self.kind, self.name, self.dir, self.source, self.hw, key, None, self.root))
+        return places
 
     def find(self, key: Any, space_reprs: list[str]) -> Optional[tuple[str, dict, str]]:
         """``(where it was found, record, store)`` for ``key`` if valid for this source, hardware,

@@ -118,7 +118,11 @@ def tuning_context(unset: bool = False) -> dict:
     if unset:
         return {"search": settings.unset_value(search.SEARCH_ENV)}
     name = policy.current().name
-    return {"search": settings.value(search.SEARCH_ENV), **({} if name == "default" else {"effort": name})}
+    # A search's own limits, where set, narrow it below its effort: a pick made under them is no
+    # more thorough than they allowed, so it serves only lookups under the same (``thorougher``).
+    limits = {field: value for field, env in (("search_budget", search.BUDGET_ENV), ("search_whole", search.WHOLE_ENV))
+              if (value := settings.value(env)) is not None}
+    return {"search": settings.value(search.SEARCH_ENV), **({} if name == "default" else {"effort": name}), **limits}
 
 
 _EFFORTS = ("full", "default", "quick")  # most thorough first
@@ -134,7 +138,9 @@ def thorougher(context: Any) -> list[dict]:
     if not isinstance(context, dict) or "search" not in context:
         return []
     search_name, effort = context["search"], context.get("effort", "default")
-    floor = _EFFORTS.index(effort) if effort in _EFFORTS else 1
+    if effort not in _EFFORTS:  # an effort this version does not know: nothing is known to be above it
+        return []
+    floor = _EFFORTS.index(effort)
     out: list[dict] = []
     for name in dict.fromkeys(("exhaustive", search_name)):
         for level in _EFFORTS[:floor + 1]:

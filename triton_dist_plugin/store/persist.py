@@ -41,7 +41,7 @@ DIRECTORY = "kernels"
 TRIES = 8  # the most entries a lookup of the nearest stored key reads
 _READ: dict = {}  # (folder, name) -> (stat, checked record, record): frozen mode's neighbours, read once
 _READ_MOST = 64  # entries kept...
-_READ_BYTES = 32 << 20  # ...and their files' bytes at most (an entry may be up to 32 MiB): oldest go first
+_READ_BYTES = 8 << 20  # ...and their files' bytes at most (held parsed, about 3x that): oldest go first
 _READ_LOCK = threading.Lock()
 
 
@@ -54,6 +54,12 @@ def context(device: str, configs: list, method: str, accuracy: bool, isolated: b
             "method": method, **fingerprint.tuning_context(),
             "accuracy": bool(accuracy), "isolated": bool(isolated),
             "configs": hashlib.sha256("\n".join(described).encode()).hexdigest()}
+
+
+def _tagged(n: int, stream: Any) -> Any:
+    """``(distance, n, name)`` for each ``(distance, name)`` of ``stream``: merged streams keep their order."""
+    for claimed, name in stream:
+        yield claimed, n, name
 
 
 def _same_setting(theirs: Any, ours: dict) -> bool:
@@ -126,10 +132,14 @@ class KernelStore(cache.EntryStore):
             return
         vector = keys.vector(key)
         contexts = (self.context, *fingerprint.thorougher(self.context))  # this index, then more thorough ones
-        streams = [index.nearest(self.dir, self.root, index.identity(self.name, self.source, self.hw, c, signature),
-                                 vector, picks, catch_up=n == 0) for n, c in enumerate(contexts)]
+        streams = [_tagged(n, index.nearest(self.dir, self.root, index.identity(self.name, self.source, self.hw, c,
+                                                                                  signature), vector, picks,
+                                            catch_up=n == 0)) for n, c in enumerate(contexts)]
         seen: set = set()
-        for claimed, name in heapq.merge(*streams):  # merge primes them in order: this one's catches up first
+        setting_of: dict = {}  # a stored key -> the first setting it was found under
+        # Merged by distance, then by setting (this one's first: merge primes them in order, and
+        # this one's index catches up first), so a key stored under several gives its own first.
+        for claimed, n, name in heapq.merge(*streams):
             if name in seen:  # an entry written again has a row per write
                 continue
             if len(seen) >= TRIES:
@@ -137,8 +147,11 @@ class KernelStore(cache.EntryStore):
             seen.add(name)
             found = self._read(name, key, claimed) if reuse else \
                 self._usable(filestore.read_json(self.dir / name, self.root), name, key, claimed)
-            if found is not None and (itself or not _same_key(found[0], key)):
-                yield found
+            if found is None or not (itself or not _same_key(found[0], key)):
+                continue
+            if setting_of.setdefault(repr(found[0]), n) != n:
+                continue  # that key again, from a more thorough setting: one neighbour per key
+            yield found
 
     def _read(self, name: str, key: Any, claimed: float) -> Optional[tuple]:
         """``_usable`` of the entry ``name``, its file read (and checked) once for the process while
@@ -158,10 +171,10 @@ class KernelStore(cache.EntryStore):
                 held = (stat, None, record)
             with _READ_LOCK:
                 _READ.pop((str(self.dir), name), None)
-                while _READ and (len(_READ) >= _READ_MOST or
-                                 sum(h[0][1] for h in _READ.values()) + st.st_size > _READ_BYTES):
-                    _READ.pop(next(iter(_READ)))
-                if st.st_size <= _READ_BYTES:
+                if st.st_size <= _READ_BYTES:  # one larger is read each time, and takes no other's place
+                    while _READ and (len(_READ) >= _READ_MOST or
+                                     sum(h[0][1] for h in _READ.values()) + st.st_size > _READ_BYTES):
+                        _READ.pop(next(iter(_READ)))
                     _READ[(str(self.dir), name)] = held
         return self._usable(held[2], name, key, claimed, checked=held[1])
 
