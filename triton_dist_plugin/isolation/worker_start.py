@@ -97,7 +97,7 @@ class Forked:
         return self.returncode
 
     def kill(self) -> None:
-        if self.returncode is None:  # never reaped yet, so the pid is still this child's
+        if self.poll() is None:  # not reaped (by us, or by anyone: then poll says so), so the pid is still ours
             try:
                 os.kill(self.pid, 9)
             except ProcessLookupError:
