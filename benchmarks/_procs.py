@@ -113,3 +113,34 @@ def serve(namespace: dict) -> bool:
         import triton_dist_plugin  # noqa: F401  (patches Triton)
     emit(namespace[f"child_{sys.argv[2]}"]())
     return True
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (children, theirs, ...), from ``/proc``."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def gpu_mib() -> dict[int, int]:
+    """GPU MiB of each process that holds a CUDA context (``nvidia-smi --query-compute-apps``)."""
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, timeout=30).stdout
+    return {int(p): int(m) for p, m in (line.split(",") for line in out.splitlines() if "," in line)}
+
+
+def helper_gpu_mib() -> dict[int, int]:
+    """GPU MiB of each process below this one that holds a CUDA context (isolation, compile workers)."""
+    mine = descendants(os.getpid())
+    return {pid: mib for pid, mib in gpu_mib().items() if pid in mine}

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -39,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _procs import run_fresh, serve  # noqa: E402
+from _procs import helper_gpu_mib, run_fresh, serve  # noqa: E402
 
 CASES = ("add", "softmax", "layernorm", "matmul", "matmul4k")
 SIDES = {"isolated": (True, {}), "fresh": (True, {"TRITON_DIST_AUTOTUNE_ISOLATE_FORK": "0"}),
@@ -60,31 +59,6 @@ def _inputs(name: str, gpu: bool) -> tuple:
         return (torch.randn(512, 4096, device="cuda", dtype=torch.float16),
                 torch.randn(4096, 4096, device="cuda", dtype=torch.float16))
     return KERNELS[name.removesuffix("4k")].make_inputs("gpu", "cuda")
-
-
-def _descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def _helper_mib() -> dict[int, int]:
-    """GPU MiB of each process below this one that holds a CUDA context (isolation, compile workers)."""
-    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, timeout=30).stdout
-    mine = _descendants(os.getpid())
-    return {int(p): int(m) for p, m in (line.split(",") for line in out.splitlines() if "," in line) if int(p) in mine}
 
 
 _NOTES: list = []
@@ -121,7 +95,7 @@ def child_first() -> dict:
 
     def sample() -> None:
         while not sampling.wait(0.25):
-            for pid, mib in _helper_mib().items():
+            for pid, mib in helper_gpu_mib().items():
                 peak[pid] = max(peak.get(pid, 0), mib)
 
     watch = threading.Thread(target=sample, daemon=True) if gpu and side == "isolated" else None
@@ -140,10 +114,10 @@ def child_first() -> dict:
     if watch is not None:
         sampling.set()
         watch.join()
-        after = _helper_mib()
+        after = helper_gpu_mib()
         time.sleep(IDLE_S + 3)
         result["helpers_mib"] = {"during": sum(peak.values()), "after": sum(after.values()),
-                                 "idle": sum(_helper_mib().values())}
+                                 "idle": sum(helper_gpu_mib().values())}
     return result
 
 

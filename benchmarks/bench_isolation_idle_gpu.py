@@ -24,35 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-
-def _descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def _helper_mib() -> dict[int, int]:
-    """GPU MiB of each process below this one that holds a CUDA context."""
-    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, timeout=30).stdout
-    mine = _descendants(os.getpid())
-    held = {}
-    for line in out.splitlines():
-        pid, mib = (part.strip() for part in line.split(","))
-        if int(pid) in mine:
-            held[int(pid)] = int(mib)
-    return held
+from _procs import gpu_mib, helper_gpu_mib  # noqa: E402
 
 
 def child() -> dict:
@@ -72,24 +44,18 @@ def child() -> dict:
     torch.cuda.synchronize()
     first = time.perf_counter() - started
     end = time.monotonic()
-    samples = {"after first call": _helper_mib()}
+    samples = {"after first call": helper_gpu_mib()}
     for at in (3, 8, 20):
         time.sleep(max(0.0, end + at - time.monotonic()))
-        samples[f"+{at}s"] = _helper_mib()
+        samples[f"+{at}s"] = helper_gpu_mib()
     spec, kernel = kernels["add"]
     x, y = spec.make_inputs("gpu", "cuda")
     started = time.perf_counter()
     spec.launch(kernel, x[: x.numel() // 2], y[: y.numel() // 2])  # a new key: the worker's next job
     torch.cuda.synchronize()
     again = time.perf_counter() - started
-    samples["after a new key"] = _helper_mib()
-    return {"first_call_s": first, "new_key_s": again, "own_mib": _own_mib(), "helpers_mib": samples}
-
-
-def _own_mib() -> int:
-    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, timeout=30).stdout
-    return sum(int(m) for p, m in (line.split(",") for line in out.splitlines()) if int(p) == os.getpid())
+    samples["after a new key"] = helper_gpu_mib()
+    return {"first_call_s": first, "new_key_s": again, "own_mib": gpu_mib().get(os.getpid(), 0), "helpers_mib": samples}
 
 
 def main() -> None:

@@ -1,9 +1,10 @@
 """How the isolation worker begins: forked from the user's process while that is safe, else a
 fresh interpreter, and in either case holding nothing of the user's process that could act.
 
-Real processes under the interpreter: a user's script decorates generated kernels in a module it
-imports (the fork happens mid-import), tunes them, and checks what the worker holds. The one
-stand-in is a GPU already initialised (no GPU here): ``torch.cuda.is_initialized`` answers True.
+Real processes under the interpreter: a user's script decorates a generated kernel of its own (the
+worker is forked then), imports a module of generated kernels (imported in the worker too, where
+it notes what the worker holds), tunes one, and checks. The one stand-in is a GPU already
+initialised (no GPU here): ``torch.cuda.is_initialized`` answers True.
 """
 
 import json
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import python
+from test_isolate import _NOTES
 
 from triton_dist_plugin.isolation import fork_checks, isolate, worker_start
 
@@ -53,16 +55,8 @@ if name == "tdp-isolation":
         json.dump(seen, fh)
 '''
 
-SCRIPT = '''
-import fcntl, json, logging, os, signal, socket, sys, time, threading, warnings
-import torch, triton
-import triton_dist_plugin as tdp
-records = []
-class Records:
-    @tdp.hookimpl
-    def tdp_on_tuned(self, record):
-        records.append(record)
-tdp.register(Records())
+SCRIPT = _NOTES + '''
+import fcntl, logging, signal, socket, sys, time, threading, warnings
 from triton_dist_plugin.isolation import isolate
 
 here = os.environ["TDP_HERE"]
@@ -229,13 +223,9 @@ def test_a_forked_worker_that_cannot_set_itself_up_is_replaced_by_a_fresh_one(tm
     over, and the report says why; the kernel is isolated all the same."""
     (tmp_path / "kmod.py").write_text(KERNELS)
     (tmp_path / "main.py").write_text(
-        "import json, torch, triton\nimport triton_dist_plugin as tdp\n"
-        "from triton_dist_plugin.isolation import worker_start\n"
+        _NOTES + "from triton_dist_plugin.isolation import worker_start\n"
         "def planted(path):\n    raise RuntimeError('planted')\n"
         "worker_start._as_fresh = planted\n"
-        "records = []\nclass Records:\n    @tdp.hookimpl\n    def tdp_on_tuned(self, record):\n"
-        "        records.append(record)\ntdp.register(Records())\n"
-        "import triton.language as tl\n"
         "@triton.jit\ndef copy(x, out, n, BLOCK: tl.constexpr):\n"
         "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
         "    tl.store(out + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)\n"
