@@ -130,7 +130,7 @@ def cache_get(entry: Any, tables: Optional[bool] = None) -> Optional[tuple[str, 
     asks every place of the others first: a pick tuned here, or kept in a user's store, always
     beats a shipped one)."""
     impls = [i for i in _impls("tdp_cache_get") if tables is None or (i.plugin_name == TABLES) == tables]
-    for impl in [i for i in impls if i.plugin_name != TABLES] + [i for i in impls if i.plugin_name == TABLES]:
+    for impl in sorted(impls, key=lambda i: i.plugin_name == TABLES):  # stable: the tables last, else pluggy's order
         record = _call(impl, {"entry": entry})
         if record is None:
             continue

@@ -44,8 +44,8 @@ IN_CHILD: list = []
 
 
 def serving() -> bool:
-    """Whether this process is a forked worker: its kernels' modules, imported here with the
-    plugin's patches still on, must start no worker of their own."""
+    """Whether this process is a forked worker: a decorator its parent bound before the fork
+    still reaches the plugin's wrapper here, which must start no worker of its own."""
     return _serving
 
 

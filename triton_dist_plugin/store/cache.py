@@ -153,10 +153,15 @@ class EntryStore:
     def path(self, key: Any) -> Path:
         return self.entry(key).path
 
+    def contexts(self) -> list[dict]:
+        """The settings a lookup reads picks of: this store's own, then the more thorough ones
+        (``fingerprint.thorougher``), most thorough first."""
+        return [self.context, *fingerprint.thorougher(self.context)]
+
     def places(self, key: Any) -> list[CacheEntry]:
-        """Where ``key``'s entry may be, the first first: its own, then where more thorough tunings
-        put theirs (``fingerprint.thorougher``; a store may add an older layout's place)."""
-        return [self.entry(key), *(self.entry(key, c) for c in fingerprint.thorougher(self.context))]
+        """Where ``key``'s entry may be, the first first: one per setting of ``contexts`` (a store
+        may add an older layout's place)."""
+        return [self.entry(key, c) for c in self.contexts()]
 
     def lookup(self, key: Any, fits: Callable[[dict], bool] = lambda record: True) -> Optional[tuple[str, dict, str]]:
         """``(where it was found, record, the store that answered)`` of ``key``'s entry in this
@@ -209,12 +214,11 @@ class FunctionCache(EntryStore):
         """Its places (``EntryStore.places``), with, right after the defaults' own, where formats
         1 and 2 kept it (an id that covered no context): such an entry is taken as tuned under the
         defaults, so it serves where a pick of the defaults would."""
-        places = super().places(key)
+        places, contexts = super().places(key), self.contexts()
         defaults = fingerprint.tuning_context(unset=True)
-        contexts = [self.context, *fingerprint.thorougher(self.context)]
         if defaults in contexts:  # read as tuned at the defaults: asked in the defaults' own turn
-            at = contexts.index(defaults) + 1
-            places.insert(at, cache_entry(self.kind, self.name, self.dir, self.source, self.hw, key, None, self.root))
+            places.insert(contexts.index(defaults) + 1,
+                          cache_entry(self.kind, self.name, self.dir, self.source, self.hw, key, None, self.root))
         return places
 
     def find(self, key: Any, space_reprs: list[str]) -> Optional[tuple[str, dict, str]]:

@@ -131,10 +131,9 @@ class KernelStore(cache.EntryStore):
         if signature is None:
             return
         vector = keys.vector(key)
-        contexts = (self.context, *fingerprint.thorougher(self.context))  # this index, then more thorough ones
         streams = [_tagged(n, index.nearest(self.dir, self.root, index.identity(self.name, self.source, self.hw, c,
                                                                                   signature), vector, picks,
-                                            catch_up=n == 0)) for n, c in enumerate(contexts)]
+                                            catch_up=n == 0)) for n, c in enumerate(self.contexts())]
         seen: set = set()
         setting_of: dict = {}  # a stored key -> the first setting it was found under
         # Merged by distance, then by setting (this one's first: merge primes them in order, and

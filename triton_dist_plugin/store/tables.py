@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -136,8 +137,6 @@ def _in_use(device: Any) -> bool:
     GPU context) in a process that may never use it, to check entries none of its keys can find."""
     if device == "cpu":
         return True
-    import sys
-
     module = getattr(sys.modules.get("torch"), str(device), None)
     try:
         return bool(module.is_initialized())
