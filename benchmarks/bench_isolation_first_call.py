@@ -22,7 +22,7 @@ the device's synchronisation after the first call. On a GPU, the isolated side a
 just after it, and ``TRITON_DIST_AUTOTUNE_ISOLATE_IDLE`` (5 s) + 3 s later. Prints one table
 (medians); results in ``results/isolation_first_call_<h200|cpu>.json``.
 
-    python benchmarks/bench_isolation_first_call.py [--reps 2] [--cases add,matmul] [--cpu]
+    python benchmarks/bench_isolation_first_call.py [--reps 2] [--cases add,matmul] [--sides isolated,upstream] [--cpu]
 """
 
 from __future__ import annotations
@@ -129,13 +129,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--sides", default=",".join(SIDES))
     parser.add_argument("--cpu", action="store_true", help="the tiny sizes under the interpreter")
     options = parser.parse_args()
+    sides = {s: SIDES[s] for s in options.sides.split(",") if s}
     cases = [c for c in options.cases.split(",") if c and not (options.cpu and c == "matmul4k")]
     results: dict = {case: {side: [] for side in SIDES} for case in cases}
     for _ in range(options.reps):
         for case in cases:
-            for side, (plugin, extra) in SIDES.items():
+            for side, (plugin, extra) in sides.items():
                 if options.cpu and side == "upstream":  # Triton alone cannot tune under the interpreter
                     continue
                 env = {**extra, "TDP_CASE": case, "TDP_SIDE": side, "TRITON_INTERPRET": "1" if options.cpu else "0"}

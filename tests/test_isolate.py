@@ -430,7 +430,7 @@ if sys.argv[1] == "running":  # a candidate that never finishes
     x = torch.zeros(64)
     worker.prepare(spin, type(spin).__name__, (x,), {})
     worker.submit(0, {"BLOCK": 64}, (1,))
-    assert worker._receive(120) == ("ready",)
+    assert worker._receive(120)[0] == "ready"
     holder = 0
 else:  # waiting for work, with a forked child holding this end of the socket open
     assert worker.proc.poll() is None
@@ -518,18 +518,19 @@ def test_one_worker_serves_every_tuning_and_none_is_left_behind():
 def test_arguments_reach_the_worker_as_raw_bytes_unchanged():
     """Each tensor travels as its raw bytes (no pickled copy) and is rebuilt with its dtype,
     shape and strides: every dtype, a transposed view, an empty tensor, and plain values."""
-    from triton_dist_plugin.isolation.isolate_worker import copy, restore
+    from triton_dist_plugin.isolation.transfer import Arriving, Packed
 
     values = [torch.randn(5, 3).half(), torch.randn(4, 2).bfloat16(), torch.rand(7) > 0.5,
               torch.arange(-3, 9, dtype=torch.int64), torch.randn(3, dtype=torch.complex64),
               torch.randn(6, 4).t(), torch.empty(0, 3), 3.5, "text", None]
     if hasattr(torch, "float8_e4m3fn"):
         values.append(torch.randn(8).to(torch.float8_e4m3fn))
-    buffers: list = []
-    items = [copy(v, buffers) for v in values]
-    received = [bytearray(bytes(b)) for b in buffers]  # what the worker's recv_bytes_into fills
-    for value, item in zip(values, items):
-        back = restore(item, received)
+    packed = Packed(tuple(values), {"last": values[0]})
+    assert not packed.shared  # CPU tensors: their bytes take the socket
+    job = {"args": packed.args, "kwargs": packed.kwargs, "shared": packed.sizes}
+    received = [bytearray(bytes(b)) for b in packed.inline]  # what the worker's recv_bytes_into fills
+    args, kwargs = Arriving(job, received).arguments([], [])
+    for value, back in [*zip(values, args), (values[0], kwargs["last"])]:
         if isinstance(value, torch.Tensor):
             assert back.dtype == value.dtype and back.shape == value.shape and back.stride() == value.stride()
             as_bits = (lambda t: t.view(torch.uint8)) if value.element_size() == 1 else (lambda t: t)  # float8

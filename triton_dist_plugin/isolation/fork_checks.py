@@ -18,9 +18,9 @@ from typing import Optional
 from .. import settings
 
 FORK_ENV = "TRITON_DIST_AUTOTUNE_ISOLATE_FORK"
-#: The plugin's own threads that a child never needs anything of: they only send to, or time the
-#: release of, a worker the child knows nothing of (``isolate._forget_after_fork``).
-_HARMLESS = frozenset({"tdp-isolation-send", "tdp-isolation-idle"})
+#: The plugin's own threads that a child never needs anything of: they only send to, read from, or
+#: time the release of, a worker the child knows nothing of (``isolate._forget_after_fork``).
+_HARMLESS = frozenset({"tdp-isolation-send", "tdp-isolation-read", "tdp-isolation-idle"})
 _HEAP_MIB = 512  # above this much private memory (a model loaded, say), a fresh interpreter (about 230 MiB) costs less
 _JOIN_S = 10.0  # the longest a fork waits for the plugin's own start-up threads (``forked_compile.prestart``)
 _CUDA_ERROR_NOT_INITIALIZED = 3

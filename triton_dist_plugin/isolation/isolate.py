@@ -28,19 +28,15 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import queue
 import socket
 import subprocess
 import threading
 import time
-from multiprocessing.connection import Connection
 from typing import Any, Optional
 
 from .. import frozen, settings
-from . import idle, isolate_source, worker_start
+from . import channel, idle, isolate_source, transfer, worker_start
 from .isolate_source import Unisolated, locate
-from .isolate_worker import copy as _copy
-from .isolate_worker import get as _get
 
 ENV = "TRITON_DIST_AUTOTUNE_ISOLATE"
 TIMEOUT_ENV = "TRITON_DIST_AUTOTUNE_ISOLATE_TIMEOUT"
@@ -96,6 +92,10 @@ def prestart(fn: Any = None, generated: bool = False) -> None:
             if module is not None and module not in _shared.preloaded:
                 _shared.preloaded.add(module)
                 _shared._send(pickle.dumps(("preload", module)))
+            if not (_shared.given_work or _shared.warming):  # its GPU context, made now, goes again if no tuning comes
+                _shared.warming = True
+                _shared._send(pickle.dumps(("warm",)))
+                idle.after_tuning(_shared, _shared_lock, lambda: _shared)
     except Exception:
         return
 
@@ -112,20 +112,10 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def done(worker: Worker) -> None:
-    """The tuning that used ``worker`` is over: its GPU context goes once tuning stays idle."""
+    """The tuning that used ``worker`` is over: its arguments are let go of now, its GPU context
+    once tuning stays idle."""
+    worker.let_go()
     idle.after_tuning(worker, _shared_lock, lambda: _shared)
-
-
-def _deliver(conn: Connection, outbox: queue.SimpleQueue) -> None:
-    """Write the worker's messages in order, off the caller's thread: the worker reads nothing
-    while it imports torch, and a job's arguments (often many MB) would block the send until then.
-    A message is bytes, or a list of buffers sent back to back (a job and its tensors' data)."""
-    while (message := outbox.get()) is not None:
-        try:
-            for part in message if isinstance(message, list) else [message]:
-                conn.send_bytes(part)
-        except OSError:
-            return  # the worker died: ``finish`` finds out and starts another
 
 
 class Worker:
@@ -134,13 +124,14 @@ class Worker:
 
     def __init__(self) -> None:
         self.proc: Any = None
-        self.conn: Any = None
         self.job: Optional[list] = None  # the job's messages, for a new worker after a crash
+        self.packed: Optional[transfer.Packed] = None  # its arguments, which the worker asks for
         self.unisolated: Optional[str] = None
         self.sent: list[int] = []  # candidates the live worker has, in the order it runs them
         self.runs: dict[int, tuple] = {}  # candidate -> (meta, grid), for a new worker after a crash
         self.heuristics: Optional[tuple] = None  # (layers, args, kwargs) over a rebuilt kernel
         self.sent_at = self.ready_at = 0.0
+        self.phases: Any = {}  # what the worker's start took, as it says when ready
         self.lock = threading.Lock()  # compile threads submit concurrently
         self.generation = self.released = 0  # tunings begun; idle releases (``idle``)
         self.start()
@@ -149,11 +140,10 @@ class Worker:
         ours, theirs = socket.socketpair()
         self.proc, self.began = worker_start.launch(theirs, ours, refusal)
         theirs.close()
-        self.conn = Connection(ours.detach())
-        self.outbox: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=_deliver, args=(self.conn, self.outbox), name="tdp-isolation-send", daemon=True).start()
+        self.channel = channel.Channel(ours, self._share)
         self.started_at = time.monotonic()
-        self.given_work = False  # sent a job (so made its CUDA context): what an idle release gives back
+        self.given_work = False  # sent a job (so made its GPU context): what an idle release gives back
+        self.warming = False  # told to make its GPU context ahead of any job
         self.sent = []
         self.preloaded: set[str] = set()  # modules it was asked to import ahead of any job
         self.awaiting = False  # a job was sent and its "ready" not read yet
@@ -161,20 +151,21 @@ class Worker:
     def reset(self) -> None:
         """Forget the last tuning; a worker left with unanswered candidates (a tuning that ended
         early) or no longer running is replaced, so no stale reply is ever read."""
-        if self.sent or self.awaiting or self.proc is None or self.proc.poll() is not None:
+        if (self.sent or self.awaiting or self.proc is None or self.proc.poll() is not None
+                or not self.channel.inbox.empty()):
             self.stop()
             self.start()
         self.generation += 1
-        self.job, self.unisolated, self.runs, self.heuristics = None, None, {}, None
+        self.let_go()
+        self.unisolated, self.runs, self.phases = None, {}, {}
         self.sent_at = self.ready_at = 0.0
 
     def stop(self) -> None:
         if self.proc is not None:
-            self.outbox.put(None)
             if self.proc.poll() is None:
                 self.proc.kill()
             self.proc.wait(5)
-            self.conn.close()
+            self.channel.close()
         self.proc = None
 
     def prepare(self, fn: Any, kind: str, args: tuple, kwargs: dict) -> None:
@@ -186,14 +177,13 @@ class Worker:
                 f"it could not be prepared for the isolation worker ({type(exc).__name__}: {exc})")
             return
         try:
-            buffers: list = []
-            job = {**found, "args": [_copy(a, buffers) for a in args],
-                   "kwargs": {k: _copy(v, buffers) for k, v in kwargs.items()}}
-            message = [pickle.dumps(("job", job, [b.nbytes for b in buffers])), *buffers]
+            packed = transfer.Packed(args, kwargs)
+            job = {**found, "args": packed.args, "kwargs": packed.kwargs, "shared": packed.sizes}
+            message = [pickle.dumps(("job", job, [b.nbytes for b in packed.inline])), *packed.inline]
         except Exception as exc:
             self.unisolated = f"its arguments cannot be copied to a worker ({type(exc).__name__})"
             return
-        self.job = message
+        self.job, self.packed = message, packed
         self.heuristics = (layers, args, kwargs) if layers else None  # evaluated here, per candidate
         self.awaiting = self.given_work = True
         self.sent_at = time.monotonic()
@@ -222,7 +212,16 @@ class Worker:
             self._send(pickle.dumps(("run", [(index, run)])))
 
     def _send(self, message: Any) -> None:
-        self.outbox.put(message)
+        self.channel.send(message)
+
+    def _share(self, offers: Any) -> list:
+        """The worker's buffers for this job's CUDA tensors: written into (from the reader thread)."""
+        packed = self.packed
+        return channel.filled(*packed.answer(offers)) if packed is not None else channel.filled([], [])
+
+    def let_go(self) -> None:
+        """The tuning is over: nothing of its arguments is kept (a user's tensor may be freed)."""
+        self.job = self.packed = self.heuristics = None
 
     def finish(self, runs: dict[int, tuple]) -> dict[int, str]:
         """Run every candidate of ``runs`` (``{index: (meta, grid)}``) not yet submitted, wait for
@@ -251,7 +250,8 @@ class Worker:
                 if reply is None or reply[0] != "ready":
                     raise Unisolated(reply[1] if reply and len(reply) > 1 else "the worker did not start")
                 ready, self.awaiting = True, False
-                self.ready_at = self.ready_at or time.monotonic()
+                if not self.ready_at:
+                    self.ready_at, self.phases = time.monotonic(), reply[1] if len(reply) > 1 else {}
             reply = self._receive(limit)
             # Died or hung on the first unanswered candidate: a new worker takes the rest.
             if reply is None or reply[0] == "gone":
@@ -280,13 +280,19 @@ class Worker:
                 ready = False
 
     def timeline(self) -> str:
-        """When the worker started and became ready, relative to this tuning's job (for the report)."""
+        """When the worker started and became ready, relative to this tuning's job, and what its
+        start took (for the report)."""
         if not self.sent_at:
             return "the worker was never sent this kernel"
         ahead = self.sent_at - self.started_at
         started = f"{ahead:.2f}s before the job" if ahead >= 0 else f"{-ahead:.2f}s after it"
         ready = f"ready {self.ready_at - self.sent_at:.2f}s after the job" if self.ready_at else "never ready"
-        return f"worker {self.began} {started}, {ready}"
+        phases = dict(self.phases) if isinstance(self.phases, dict) else {}
+        moved = phases.pop("device to device", 0)
+        steps = [f"{name} {seconds:.2f}s" for name, seconds in phases.items() if isinstance(seconds, float)]
+        if moved:
+            steps.append(f"{moved} tensors device to device, answered in {self.channel.shared_in:.2f}s")
+        return f"worker {self.began} {started}, {ready}" + (f" ({'; '.join(steps)})" if steps else "")
 
     def _replace(self, refusal: Optional[str] = None) -> None:
         """A new worker for the candidates the last one did not answer (``refusal``: why it is
@@ -303,16 +309,4 @@ class Worker:
 
     def _receive(self, limit: float) -> Optional[tuple]:
         """The worker's next reply; ``("gone",)`` when its end closed; None after ``limit`` seconds."""
-        deadline = time.monotonic() + limit
-        while time.monotonic() < deadline:
-            try:
-                if self.conn.poll(min(0.2, max(0.0, deadline - time.monotonic()))):
-                    return _get(self.conn)
-            except (EOFError, OSError):
-                return ("gone",)
-            if self.proc is None or self.proc.poll() is not None:
-                try:  # a last reply may still be in the socket
-                    return _get(self.conn) if self.conn.poll(0) else ("gone",)
-                except (EOFError, OSError):
-                    return ("gone",)
-        return None
+        return self.channel.receive(limit, lambda: self.proc is not None and self.proc.poll() is None)

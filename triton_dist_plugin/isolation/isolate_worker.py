@@ -1,7 +1,9 @@
 """The isolation worker's side (see ``isolate.py``): it runs in its own process, imports torch and
-Triton at once (and the kernels' modules it is told of), creates its CUDA context with the first
-job, then runs each candidate it is sent and reports each. Messages are plain pickles over a
-socket, both ways (``put``/``get``). It exits as soon as its parent is gone, even mid-candidate.
+Triton at once (and the kernels' modules it is told of), creates its CUDA context when told a
+kernel will be isolated (``warm``) or with the first job, takes in each job's arguments
+(``transfer``), then runs each candidate it is sent and reports each. Messages are plain pickles
+over a socket, both ways (``put``/``get``). It exits as soon as its parent is gone, even
+mid-candidate.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import os
 import pickle
 from multiprocessing.connection import Connection
 from typing import Any
+
+from . import transfer
 
 #: The worker's ``python -I -c`` program (``-I``: nothing of the working directory on its path).
 #: First of all it leaves ^C to its parent and asks Linux to kill it when its parent dies, then
@@ -39,36 +43,6 @@ spec.loader.exec_module(module)
 from triton_dist_plugin.isolation.isolate_worker import serve
 serve(int(fd), int(parent))
 """
-
-
-def copy(value: Any, buffers: list) -> Any:
-    """What travels to the worker: a tensor as its dtype, device, shape and strides, its data as
-    raw bytes appended to ``buffers`` (sent as they are: no pickled copy on either side)."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        data = value.detach().cpu().contiguous().reshape(-1)
-        at = None
-        if data.numel():
-            at = len(buffers)
-            buffers.append(memoryview(data.view(torch.uint8).numpy()))
-        return ("tensor", at, str(value.dtype).removeprefix("torch."), str(value.device), tuple(value.shape),
-                value.stride())
-    return ("value", value)
-
-
-def restore(item: tuple, buffers: list) -> Any:
-    """An argument as the worker runs it: a tensor rebuilt on its device from its raw bytes."""
-    import torch
-
-    if item[0] == "tensor":
-        _, at, dtype, device, shape, stride = item
-        dtype = getattr(torch, dtype)
-        out = torch.empty_strided(shape, stride, dtype=dtype, device=device)
-        if at is not None:
-            out.copy_(torch.frombuffer(buffers[at], dtype=torch.uint8).view(dtype).reshape(shape))
-        return out
-    return item[1]
 
 
 def put(conn: Connection, message: tuple) -> None:
@@ -164,8 +138,9 @@ def _load(job: dict, rebuilt: dict) -> Any:  # pragma: no cover - runs in the wo
 
 
 def serve(fd: int, parent: int) -> None:  # pragma: no cover - runs in the worker process
-    """The worker: watch its parent, import torch and Triton before any kernel arrives, then, for
-    each job, rebuild the arguments, run each candidate as it comes, and report each."""
+    """The worker: watch its parent, import torch and Triton before any kernel arrives (and make
+    its GPU context when told to warm), then, for each job, take in the arguments, run each
+    candidate as it comes, and report each."""
     import importlib
     import threading
 
@@ -174,51 +149,135 @@ def serve(fd: int, parent: int) -> None:  # pragma: no cover - runs in the worke
     import triton  # noqa: F401  (the kernels' modules import it: ahead of them, off their path)
 
     conn = Connection(fd)
-    fn = args = kwargs = None
-    rebuilt: dict = {}
+    job = Job(conn, torch)
     while True:
         try:
             message = get(conn)
+            if message[0] == "job":
+                job.begin(message[1], _receive(conn, message[2]))
+            elif message[0] == "filled":  # what could not be written into its buffers comes as bytes
+                job.ready(message[1], _receive(conn, message[2]))
         except (EOFError, OSError):
             os._exit(0)  # the parent is gone: nothing to report to, nothing to clean up
-        if message[0] == "preload":  # a kernel of this module will be isolated: import it while idle
+        if message[0] == "warm":  # a kernel will be isolated soon: the GPU context, made ahead
+            job.warmed = warm(torch)
+            put(conn, ("warmed", torch.cuda.is_initialized()))
+        elif message[0] == "preload":  # a kernel of this module will be isolated: import it while idle
             try:
                 importlib.import_module(message[1])
             except BaseException:  # noqa: BLE001 - its job reports the same failure, with a reason
                 pass
-        elif message[0] == "job":
-            job, sizes = message[1], message[2]
-            try:
-                buffers = []
-                for size in sizes:  # the tensors' data, each straight into a buffer of its size
-                    buffers.append(bytearray(size))
-                    conn.recv_bytes_into(buffers[-1])
-            except (EOFError, OSError):
-                os._exit(0)
-            try:
-                if torch.cuda.is_available():
-                    torch.cuda.init()
-                fn = _load(job, rebuilt)
-                args = [restore(a, buffers) for a in job["args"]]
-                kwargs = {k: restore(v, buffers) for k, v in job["kwargs"].items()}
-                del buffers
-                put(conn, ("ready",))
-            except Exception as exc:
-                put(conn, ("unisolated", f"the worker could not load {job['name']}: {type(exc).__name__}: {exc}"))
         elif message[0] == "run":
-            for index, (meta, grid) in message[1]:
-                try:
-                    fn.run(*args, grid=grid, warmup=False, **kwargs, **meta)
-                    if torch.cuda.is_available():
-                        torch.cuda.synchronize()
-                    put(conn, ("ok", index, None))
-                except Exception as exc:
-                    text = str(exc).strip().splitlines()
-                    reason = f"{type(exc).__name__}: {text[0][:300] if text else ''}"
-                    if _context_lost(torch):  # a sticky CUDA error: every later launch here would fail too
-                        put(conn, ("fatal", index, reason))
-                        os._exit(1)
-                    put(conn, ("error", index, reason))
+            job.run(message[1])
+
+
+def _receive(conn: Connection, sizes: list) -> list:  # pragma: no cover - runs in the worker process
+    """The raw bytes sent after a message, each straight into a buffer of its size."""
+    buffers = []
+    for size in sizes:
+        buffers.append(bytearray(size))
+        conn.recv_bytes_into(buffers[-1])
+    return buffers
+
+
+def warm(torch: Any) -> float:  # pragma: no cover - runs in the worker process
+    """Make the GPU context a job will need, ahead of it: on the one GPU there is, or torchrun's
+    ``LOCAL_RANK``'s; with several and no rank, the driver alone (the job's device decides).
+    Seconds it took (0 without a GPU)."""
+    import time
+
+    began = time.perf_counter()
+    try:
+        if not torch.cuda.is_available():
+            return 0.0
+        torch.cuda.init()
+        count, rank = torch.cuda.device_count(), os.environ.get("LOCAL_RANK", "")
+        device = 0 if count == 1 else int(rank) if rank.isdigit() and int(rank) < count else None
+        if device is not None:
+            torch.empty(1, device=f"cuda:{device}")
+            from triton.runtime import driver
+
+            driver.active.get_current_stream(device)  # Triton's driver module, loaded (and built the first time)
+    except Exception:  # noqa: BLE001 - the job makes it, and reports what fails
+        pass
+    return time.perf_counter() - began
+
+
+class Job:  # pragma: no cover - runs in the worker process
+    """The worker's current job: its kernel and arguments, and the candidates it is sent."""
+
+    def __init__(self, conn: Connection, torch: Any) -> None:
+        self.conn, self.torch = conn, torch
+        self.fn = self.arriving = self.args = self.kwargs = None
+        self.waiting: list = []  # candidates sent before the arguments had all arrived
+        self.phases: dict = {}  # seconds each step of the job's start took, for its parent's report
+        self.rebuilt: dict = {}  # kernels rebuilt from their source, for every job
+        self.warmed: Any = None  # seconds the GPU context took, when made ahead of any job
+
+    def begin(self, job: dict, inline: list) -> None:
+        """The GPU context, this job's buffers offered to its parent, then its kernel loaded
+        while the parent writes into them; ready at once where nothing is shared."""
+        import time
+
+        torch, began = self.torch, time.perf_counter()
+        self.job, self.fn, self.args, self.kwargs, self.waiting = job, None, None, None, []
+        self.phases = {} if self.warmed is None else {"warmed ahead": self.warmed}
+        self.warmed = None
+        try:
+            if torch.cuda.is_available():
+                torch.cuda.init()
+            self.arriving = transfer.Arriving(job, inline)
+            offers = self.arriving.offers() if job["shared"] else None
+            self.phases["context and buffers"] = time.perf_counter() - began
+            if offers is not None:
+                put(self.conn, ("share", offers))
+            began = time.perf_counter()
+            self.fn = _load(job, self.rebuilt)
+            self.phases["kernel"] = time.perf_counter() - began
+        except Exception as exc:
+            self.arriving = None
+            put(self.conn, ("unisolated", f"the worker could not load {job['name']}: {type(exc).__name__}: {exc}"))
+            return
+        if not job["shared"]:
+            self.ready([], [])
+
+    def ready(self, left: list, buffers: list) -> None:
+        import time
+
+        if self.arriving is None:
+            return
+        began = time.perf_counter()
+        try:
+            self.args, self.kwargs = self.arriving.arguments(left, buffers)
+        except Exception as exc:
+            put(self.conn, ("unisolated", f"the worker could not rebuild the arguments: {type(exc).__name__}: {exc}"))
+            return
+        finally:
+            self.arriving = None
+        self.phases["arguments"] = time.perf_counter() - began
+        self.phases["device to device"] = len(self.job["shared"]) - len(left)  # tensors: the rest came as bytes
+        put(self.conn, ("ready", self.phases))
+        waiting, self.waiting = self.waiting, []
+        self.run(waiting)
+
+    def run(self, runs: list) -> None:
+        torch = self.torch
+        if self.args is None:
+            self.waiting += runs
+            return
+        for index, (meta, grid) in runs:
+            try:
+                self.fn.run(*self.args, grid=grid, warmup=False, **self.kwargs, **meta)
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()
+                put(self.conn, ("ok", index, None))
+            except Exception as exc:
+                text = str(exc).strip().splitlines()
+                reason = f"{type(exc).__name__}: {text[0][:300] if text else ''}"
+                if _context_lost(torch):  # a sticky CUDA error: every later launch here would fail too
+                    put(self.conn, ("fatal", index, reason))
+                    os._exit(1)
+                put(self.conn, ("error", index, reason))
 
 
 def _context_lost(torch: Any) -> bool:  # pragma: no cover - runs in the worker process
