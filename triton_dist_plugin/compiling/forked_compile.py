@@ -69,7 +69,7 @@ def _prime(jit: Any, backend: Any) -> None:
     hash of Triton's own sources, the backend's tool versions, the kernel's source hash), so that
     forked workers inherit it instead of each computing it again."""
     prestarted()
-    for step in (lambda: jit.cache_key, backend.hash, _triton_key):
+    for step in (lambda: jit.cache_key, backend.hash, triton_key):
         try:
             step()
         except Exception:
@@ -87,7 +87,7 @@ def prestart() -> None:
     compiles there), nor in a ``multiprocessing`` child; once per process."""
     if _early or _compat.interpret() or frozen.mode() or multiprocessing.parent_process():
         return
-    for name, step in (("tdp-triton-key", _triton_key), ("tdp-cuda-utils", _cuda_utils)):
+    for name, step in (("tdp-triton-key", triton_key), ("tdp-cuda-utils", _cuda_utils)):
         _early.append(threading.Thread(target=_quietly, args=(step,), name=name, daemon=True))
         _early[-1].start()
 
@@ -115,7 +115,9 @@ def _quietly(step: Callable) -> None:
         pass  # the tuning computes it again and meets the same trouble there
 
 
-def _triton_key() -> Any:
+def triton_key() -> Any:
+    """The hash of Triton's sources and library, which every compile's cache key needs (memoised
+    per process: a forked isolation worker computes it again, ahead of its first job)."""
     try:
         from triton.runtime.cache import triton_key
     except ImportError:  # older releases keep it beside the compiler

@@ -181,9 +181,9 @@ def _receive(conn: Connection, sizes: list) -> list:  # pragma: no cover - runs 
 
 
 def warm(torch: Any) -> float:  # pragma: no cover - runs in the worker process
-    """Make the GPU context a job will need, ahead of it: on the one GPU there is, or torchrun's
-    ``LOCAL_RANK``'s; with several and no rank, the driver alone (the job's device decides).
-    Seconds it took (0 without a GPU)."""
+    """Make what a job will need, ahead of it: the GPU context on the one GPU there is, or
+    torchrun's ``LOCAL_RANK``'s (with several and no rank, the driver alone: the job's device
+    decides), Triton's driver module and its sources' hash. Seconds it took (0 without a GPU)."""
     import time
 
     began = time.perf_counter()
@@ -198,6 +198,9 @@ def warm(torch: Any) -> float:  # pragma: no cover - runs in the worker process
             from triton.runtime import driver
 
             driver.active.get_current_stream(device)  # Triton's driver module, loaded (and built the first time)
+        from ..compiling.forked_compile import triton_key
+
+        triton_key()  # each candidate's first run looks its binary up by a key that needs it (0.3-0.7 s)
     except Exception:  # noqa: BLE001 - the job makes it, and reports what fails
         pass
     return time.perf_counter() - began
