@@ -5,8 +5,9 @@ for as long as it lives, and a serving process may tune a few keys at start-up a
 ``TRITON_DIST_AUTOTUNE_ISOLATE_IDLE`` seconds after the last tuning that used the worker (or after
 it was told to make its context ahead, when a kernel to isolate was decorated), if no other tuning
 has begun since, it is replaced by a fresh one: started at once (so the next tuning
-finds it imported and the kernels' modules loaded, as at decoration), holding no GPU memory until
-that tuning sends it work. ``0`` keeps the worker and its context for the life of the process.
+finds it imported, the kernels' modules loaded and Triton's source hash computed, as at
+decoration), holding no GPU memory until that tuning sends it work. ``0`` keeps the worker and
+its context for the life of the process.
 """
 
 from __future__ import annotations
@@ -47,4 +48,5 @@ def _release(worker: Any, generation: int, lock: threading.Lock, current: Callab
         for module in sorted(modules):  # imported ahead again, as when the kernels were decorated
             worker.preloaded.add(module)
             worker._send(pickle.dumps(("preload", module)))
+        worker._send(pickle.dumps(("warm", False)))  # what the next job needs but the GPU memory
         worker.released += 1

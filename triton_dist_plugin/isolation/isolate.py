@@ -94,7 +94,7 @@ def prestart(fn: Any = None, generated: bool = False) -> None:
                 _shared._send(pickle.dumps(("preload", module)))
             if not (_shared.given_work or _shared.warming):  # its GPU context, made now, goes again if no tuning comes
                 _shared.warming = True
-                _shared._send(pickle.dumps(("warm",)))
+                _shared._send(pickle.dumps(("warm", True)))
                 idle.after_tuning(_shared, _shared_lock, lambda: _shared)
     except Exception:
         return

@@ -159,9 +159,10 @@ def serve(fd: int, parent: int) -> None:  # pragma: no cover - runs in the worke
                 job.ready(message[1], _receive(conn, message[2]))
         except (EOFError, OSError):
             os._exit(0)  # the parent is gone: nothing to report to, nothing to clean up
-        if message[0] == "warm":  # a kernel will be isolated soon: the GPU context, made ahead
-            job.warmed = warm(torch)
-            put(conn, ("warmed", torch.cuda.is_initialized()))
+        if message[0] == "warm":  # a kernel will be isolated soon: what its job needs, made ahead
+            seconds, made = warm(torch, bool(message[1]))
+            job.warmed = seconds if made else None
+            put(conn, ("warmed", made))
         elif message[0] == "preload":  # a kernel of this module will be isolated: import it while idle
             try:
                 importlib.import_module(message[1])
@@ -180,20 +181,21 @@ def _receive(conn: Connection, sizes: list) -> list:  # pragma: no cover - runs 
     return buffers
 
 
-def warm(torch: Any) -> float:  # pragma: no cover - runs in the worker process
-    """Make what a job will need, ahead of it: the GPU context on the one GPU there is, or
-    torchrun's ``LOCAL_RANK``'s (with several and no rank, the driver alone: the job's device
-    decides), Triton's driver module and its sources' hash. Seconds it took (0 without a GPU)."""
+def warm(torch: Any, context: bool) -> tuple[float, bool]:  # pragma: no cover - runs in the worker process
+    """Make what a job will need, ahead of it: Triton's sources' hash, and with ``context`` the
+    GPU context (on the one GPU there is, or torchrun's ``LOCAL_RANK``'s; with
+    several and no rank, the job's device decides) and Triton's driver module. ``(seconds, whether
+    a context was made)``; nothing without a GPU."""
     import time
 
-    began = time.perf_counter()
+    began, made = time.perf_counter(), False
     try:
-        if not torch.cuda.is_available():
-            return 0.0
-        torch.cuda.init()
+        if not torch.cuda.is_available():  # (the driver's device count: no context, no GPU memory)
+            return 0.0, False
         count, rank = torch.cuda.device_count(), os.environ.get("LOCAL_RANK", "")
         device = 0 if count == 1 else int(rank) if rank.isdigit() and int(rank) < count else None
-        if device is not None:
+        if context and device is not None:
+            made = True
             torch.empty(1, device=f"cuda:{device}")
             from triton.runtime import driver
 
@@ -203,7 +205,7 @@ def warm(torch: Any) -> float:  # pragma: no cover - runs in the worker process
         triton_key()  # each candidate's first run looks its binary up by a key that needs it (0.3-0.7 s)
     except Exception:  # noqa: BLE001 - the job makes it, and reports what fails
         pass
-    return time.perf_counter() - began
+    return time.perf_counter() - began, made
 
 
 class Job:  # pragma: no cover - runs in the worker process
