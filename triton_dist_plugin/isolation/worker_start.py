@@ -21,6 +21,7 @@ fork (a data loader's, say).
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import socket
@@ -125,6 +126,7 @@ def start_zygote() -> None:
         body = functools.partial(zygote.main, become=_become_spawned, serve=_serve)
         _zygote_proc = _fork(theirs, ours, isolate_source.search_path()[0], body, ZYGOTE_NAME)
         _zygote = zygote.Zygote(_zygote_proc.pid, ours)
+        atexit.register(_zygote.forget)  # its end closed: the zygote ends too (it would die with us anyway)
     except OSError:
         ours.close()
     finally:

@@ -97,7 +97,8 @@ class Zygote:
         return None
 
     def forget(self) -> None:
-        """In a child forked from this process: the zygote is not its own."""
+        """Let go of the zygote: at exit, or in a child forked from this process (not its own;
+        no lock taken: another thread of the parent may have held it at the fork)."""
         self.gone = True
         self.sock.close()
 
