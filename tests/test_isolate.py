@@ -523,11 +523,13 @@ def test_one_worker_serves_every_tuning_and_none_is_left_behind():
 def test_arguments_reach_the_worker_as_raw_bytes_unchanged():
     """Each tensor travels as its raw bytes (no pickled copy) and is rebuilt with its dtype,
     shape and strides: every dtype, a transposed view, an empty tensor, and plain values."""
+    from triton_dist_plugin.isolation import transfer
     from triton_dist_plugin.isolation.transfer import Arriving, Packed
 
     values = [torch.randn(5, 3).half(), torch.randn(4, 2).bfloat16(), torch.rand(7) > 0.5,
               torch.arange(-3, 9, dtype=torch.int64), torch.randn(3, dtype=torch.complex64),
-              torch.randn(6, 4).t(), torch.empty(0, 3), 3.5, "text", None]
+              torch.randn(6, 4).t(), torch.empty(0, 3), torch.randn(3, 1).expand(3, 5), torch.randn(8, 6)[2:5, 1:4],
+              torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last), 3.5, "text", None]
     if hasattr(torch, "float8_e4m3fn"):
         values.append(torch.randn(8).to(torch.float8_e4m3fn))
     packed = Packed(tuple(values), {"last": values[0]})
@@ -536,12 +538,81 @@ def test_arguments_reach_the_worker_as_raw_bytes_unchanged():
     received = [bytearray(bytes(b)) for b in packed.inline]  # what the worker's recv_bytes_into fills
     args, kwargs = Arriving(job, received).arguments([], [])
     for value, back in [*zip(values, args), (values[0], kwargs["last"])]:
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, torch.Tensor):  # the same strides over the same layout: an expanded one stays one row
             assert back.dtype == value.dtype and back.shape == value.shape and back.stride() == value.stride()
+            assert back.untyped_storage().nbytes() == (transfer.span(value)[1] if value.numel() else 0)
             as_bits = (lambda t: t.view(torch.uint8)) if value.element_size() == 1 else (lambda t: t)  # float8
             assert torch.equal(as_bits(back), as_bits(value))
         else:
             assert back == value
+
+
+def test_a_worker_that_replaced_a_crashed_one_runs_every_later_step(monkeypatch):
+    """The crashed worker's last candidate was its only one: the next takes the job all the same,
+    so a later step's candidates run there (they used to wait, unread, until the timeout)."""
+    monkeypatch.setenv(isolate.TIMEOUT_ENV, "20")
+    worker = isolate.Worker()
+    try:
+        x, out = torch.randn(300), torch.zeros(300)
+        worker.prepare(planted, type(planted).__name__, (x, out, 300), {})
+        assert list(worker.finish({0: ({"BLOCK": 64, "FAULT": 1}, (5,))})) == [0]
+        started = time.monotonic()
+        assert worker.finish({1: ({"BLOCK": 64, "FAULT": 0}, (5,))}) == {}
+        assert time.monotonic() - started < 15 and worker.given_work  # its context is given back when idle
+    finally:
+        worker.stop()
+
+
+def test_a_kernel_the_worker_cannot_load_is_unisolated_for_the_rest_of_the_tuning(monkeypatch):
+    """Said once: a later step of the same tuning does not wait for a worker again."""
+    monkeypatch.setattr(isolate, "locate", lambda fn: ({"module": "no_such_module_of_kernels", "name": "k",
+                                                        "kind": "JITFunction"}, []))
+    worker = isolate.Worker()
+    try:
+        worker.prepare(planted, type(planted).__name__, (torch.randn(8),), {})
+        with pytest.raises(isolate.Unisolated, match="no_such_module_of_kernels"):
+            worker.finish({0: ({"BLOCK": 64, "FAULT": 0}, (1,))})
+        started = time.monotonic()
+        with pytest.raises(isolate.Unisolated, match="no_such_module_of_kernels"):
+            worker.finish({1: ({"BLOCK": 64, "FAULT": 0}, (1,))})
+        assert time.monotonic() - started < 1
+    finally:
+        worker.stop()
+
+
+def test_nothing_of_a_tunings_arguments_is_kept_once_it_is_done(monkeypatch):
+    """Not by the worker's owner, nor by the thread that wrote them to the worker (the job, last
+    sent to the worker that replaced one the last candidate crashed)."""
+    import gc
+    import weakref
+
+    monkeypatch.setenv(isolate.ENV, "1")
+    kernel = triton.autotune(configs=[CONFIGS[0], CONFIGS[1]], key=["n"])(planted)
+    x, out = copy_with(kernel, 700)
+    assert isolate._shared.given_work and not isolate._shared.tuning  # it ran there, and is done
+    refs = [weakref.ref(x), weakref.ref(out)]
+    del x, out
+    gc.collect()
+    assert [r() for r in refs] == [None, None]
+
+
+def test_no_idle_release_while_a_tuning_has_the_worker_and_no_stale_request_is_answered(monkeypatch):
+    """A release timer that fires mid-tuning (one started by a decoration on another thread, say)
+    leaves the worker alone; a request for a job's arguments after the tuning ended is refused, so
+    the worker runs nothing on buffers nobody wrote."""
+    import pickle
+
+    from triton_dist_plugin.isolation import idle
+
+    worker = isolate.worker()
+    assert worker.tuning
+    worker.given_work, released, proc = True, worker.released, worker.proc
+    idle._release(worker, worker.generation, isolate._shared_lock, lambda: isolate._shared)
+    assert worker.released == released and worker.proc is proc
+    isolate.done(worker)
+    assert not worker.tuning and worker.packed is None
+    (reply,) = worker._share({0: (b"x" * 64, 0)})
+    assert pickle.loads(reply) == ("filled", None, [], "the tuning it was for has ended")
 
 
 @triton.jit

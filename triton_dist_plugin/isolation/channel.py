@@ -36,6 +36,7 @@ class Channel:
         self.answer = answer
         self.shared_in = 0.0  # seconds the last ``share`` took to answer (for the report)
         self.warmed: Optional[bool] = None  # whether a GPU context was made ahead, once the worker says
+        self.answering = threading.Lock()
         threading.Thread(target=self._write, name=SEND, daemon=True).start()
         self.reader = threading.Thread(target=self._read, name=READ, daemon=True)
         self.reader.start()
@@ -43,18 +44,30 @@ class Channel:
     def send(self, message: Any) -> None:
         self.outbox.put(message)
 
+    def quiet(self) -> None:
+        """Wait for an answer being written into the worker's memory to end (before it is killed:
+        memory unmapped under a copy is undefined behaviour in this process's context)."""
+        with self.answering:
+            pass
+
     def close(self) -> None:
-        """After the worker is gone (its end closed, so the reader has ended or is about to)."""
+        """After the worker is gone (its end closed, so the reader ends now)."""
         self.outbox.put(None)
+        self.reader.join(2.0)  # before the fd number can be reused under it
         self.conn.close()
 
     def _write(self) -> None:
-        while (message := self.outbox.get()) is not None:
+        while True:
+            message = self.outbox.get()
+            if message is None:
+                return
             try:
                 for part in message if isinstance(message, list) else [message]:
                     self.conn.send_bytes(part)
             except OSError:
                 return  # the worker died: its owner finds out and starts another
+            finally:
+                message = None  # a job's bytes (views of the user's tensors) are not kept here
 
     def _read(self) -> None:
         while True:
@@ -65,10 +78,13 @@ class Channel:
                 return
             if isinstance(message, tuple) and message and message[0] == "share":
                 began = time.perf_counter()
-                try:
-                    self.send(self.answer(message[1] if len(message) > 1 else None))
-                except Exception as exc:  # noqa: BLE001 - reported as the job's, never this thread's end
-                    self.inbox.put(("unisolated", f"its arguments could not be sent ({type(exc).__name__}: {exc})"))
+                with self.answering:
+                    try:
+                        reply = self.answer(message[1] if len(message) > 1 else None)
+                    except Exception as exc:  # noqa: BLE001 - the worker drops the job and says why
+                        reply = abort(f"its arguments could not be sent ({type(exc).__name__}: {exc})")
+                    self.send(reply)
+                    reply = None
                 self.shared_in = time.perf_counter() - began
             elif isinstance(message, tuple) and message and message[0] == "warmed":
                 self.warmed = bool(message[1:2] and message[1])
@@ -97,3 +113,8 @@ class Channel:
 def filled(left: list[int], buffers: list) -> list:
     """The reply to ``share``: which shared tensors come as bytes instead, and their bytes."""
     return [pickle.dumps(("filled", left, [b.nbytes for b in buffers])), *buffers]
+
+
+def abort(reason: str) -> list:
+    """The reply to a ``share`` that cannot be answered: the worker drops its job, saying why."""
+    return [pickle.dumps(("filled", None, [], reason))]

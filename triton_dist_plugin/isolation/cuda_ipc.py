@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 HANDLE_BYTES = 64  # CU_IPC_HANDLE_SIZE
 _LAZY_PEER_ACCESS = 1  # CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
-_NON_BLOCKING = 1  # CU_STREAM_NON_BLOCKING: the copy waits on no stream of the user's
 _lib: Any = None
 
 
@@ -48,8 +47,6 @@ def _cuda() -> Any:
             "cuIpcGetMemHandle": [ptr(_Handle), u64],
             "cuIpcOpenMemHandle_v2": [ptr(u64), _Handle, ctypes.c_uint],
             "cuIpcCloseMemHandle": [u64],
-            "cuStreamCreate": [ptr(ctypes.c_void_p), ctypes.c_uint],
-            "cuStreamDestroy_v2": [ctypes.c_void_p],
             "cuMemcpyDtoDAsync_v2": [u64, u64, ctypes.c_size_t, ctypes.c_void_p],
             "cuStreamSynchronize": [ctypes.c_void_p],
         }.items():
@@ -94,13 +91,15 @@ def export(ordinal: int, pointer: int) -> tuple[bytes, int]:
         base, _ = _range(lib, pointer)
         handle = _Handle()
         _check(lib.cuIpcGetMemHandle(ctypes.byref(handle), base), "cuIpcGetMemHandle")
-    return bytes(handle.reserved), pointer - base
+    return ctypes.string_at(ctypes.addressof(handle), HANDLE_BYTES), pointer - base  # (``.reserved`` stops at a 0)
 
 
-def write(ordinal: int, handle: bytes, offset: int, size: int, pieces: list[tuple[int, int, int]]) -> None:
+def write(ordinal: int, handle: bytes, offset: int, size: int, pieces: list[tuple[int, int, int]],
+          stream: int) -> None:
     """Copy each ``(source pointer, destination offset, bytes)`` of ``pieces`` (this process's
     device memory) into the ``size`` bytes at ``offset`` of another process's allocation
-    (``handle``), wait for the copies, and unmap it. Refuses a mapping smaller than said."""
+    (``handle``), on ``stream`` (a ``CUstream``: in that stream's order), wait for it, and unmap
+    the allocation. Refuses a mapping smaller than said."""
     if not (isinstance(handle, bytes) and len(handle) == HANDLE_BYTES and type(offset) is int and offset >= 0):
         raise IpcError("the worker's offer is malformed")
     if any(at < 0 or n < 0 or at + n > size for _, at, n in pieces):
@@ -113,13 +112,8 @@ def write(ordinal: int, handle: bytes, offset: int, size: int, pieces: list[tupl
             base, length = _range(lib, mapped.value)
             if mapped.value + offset + size > base + length:  # else the copy would fault in this process's context
                 raise IpcError(f"the worker's buffer is {length - offset} bytes, not {size}")
-            stream: Optional[ctypes.c_void_p] = ctypes.c_void_p()
-            _check(lib.cuStreamCreate(ctypes.byref(stream), _NON_BLOCKING), "cuStreamCreate")
-            try:
-                for source, at, n in pieces:
-                    _check(lib.cuMemcpyDtoDAsync_v2(mapped.value + offset + at, source, n, stream), "cuMemcpyDtoDAsync")
-                _check(lib.cuStreamSynchronize(stream), "cuStreamSynchronize")
-            finally:
-                lib.cuStreamDestroy_v2(stream)
+            for source, at, n in pieces:
+                _check(lib.cuMemcpyDtoDAsync_v2(mapped.value + offset + at, source, n, stream), "cuMemcpyDtoDAsync")
+            _check(lib.cuStreamSynchronize(stream), "cuStreamSynchronize")  # before the unmap, and the worker's use
         finally:
             lib.cuIpcCloseMemHandle(mapped.value)

@@ -36,7 +36,7 @@ def after_tuning(worker: Any, lock: threading.Lock, current: Callable[[], Any]) 
 
 def _release(worker: Any, generation: int, lock: threading.Lock, current: Callable[[], Any]) -> None:
     with lock:
-        if current() is not worker or worker.generation != generation:
+        if current() is not worker or worker.generation != generation or worker.tuning:
             return
         if not worker.given_work and worker.channel.warmed is False:  # told to warm, found no GPU: holds nothing
             return

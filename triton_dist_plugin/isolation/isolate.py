@@ -59,6 +59,7 @@ def worker() -> Worker:
         if _shared is None:
             _shared = _new_shared()
         _shared.reset()
+        _shared.tuning = True  # no idle release until ``done``
         return _shared
 
 
@@ -120,6 +121,7 @@ def done(worker: Worker) -> None:
     """The tuning that used ``worker`` is over: its arguments are let go of now, its GPU context
     once tuning stays idle."""
     worker.let_go()
+    worker.tuning = False
     idle.after_tuning(worker, _shared_lock, lambda: _shared)
 
 
@@ -139,6 +141,7 @@ class Worker:
         self.phases: Any = {}  # what the worker's start took, as it says when ready
         self.lock = threading.Lock()  # compile threads submit concurrently
         self.generation = self.released = 0  # tunings begun; idle releases (``idle``)
+        self.tuning = False  # between ``worker()`` and ``done``
         self.start()
 
     def start(self, refusal: Optional[str] = None) -> None:
@@ -167,9 +170,13 @@ class Worker:
 
     def stop(self) -> None:
         if self.proc is not None:
+            self.channel.quiet()
             if self.proc.poll() is None:
                 self.proc.kill()
-            self.proc.wait(5)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass  # dies with its socket's end, closed now
             self.channel.close()
         self.proc = None
 
@@ -183,7 +190,8 @@ class Worker:
             return
         try:
             packed = transfer.Packed(args, kwargs)
-            job = {**found, "args": packed.args, "kwargs": packed.kwargs, "shared": packed.sizes}
+            job = {**found, "args": packed.args, "kwargs": packed.kwargs, "shared": packed.sizes,
+                   "device": packed.device}
             message = [pickle.dumps(("job", job, [b.nbytes for b in packed.inline])), *packed.inline]
         except Exception as exc:
             self.unisolated = f"its arguments cannot be copied to a worker ({type(exc).__name__})"
@@ -217,12 +225,15 @@ class Worker:
             self._send(pickle.dumps(("run", [(index, run)])))
 
     def _send(self, message: Any) -> None:
-        self.channel.send(message)
+        if message is not None:  # (None would end the writer)
+            self.channel.send(message)
 
     def _share(self, offers: Any) -> list:
         """The worker's buffers for this job's CUDA tensors: written into (from the reader thread)."""
         packed = self.packed
-        return channel.filled(*packed.answer(offers)) if packed is not None else channel.filled([], [])
+        if packed is None:  # the tuning ended: nothing to write, and nothing for it to run
+            return channel.abort("the tuning it was for has ended")
+        return channel.filled(*packed.answer(offers))
 
     def let_go(self) -> None:
         """The tuning is over: nothing of its arguments is kept (a user's tensor may be freed)."""
@@ -252,8 +263,9 @@ class Worker:
                         f"not ready within {worker_start.FORKED_READY_S:g}s" if reply is None else "it exited"
                     self._replace(refusal=f"the forked worker failed: {why}")
                     continue
-                if reply is None or reply[0] != "ready":
-                    raise Unisolated(reply[1] if reply and len(reply) > 1 else "the worker did not start")
+                if reply is None or reply[0] != "ready":  # for the rest of this tuning: no wait again
+                    self.unisolated = reply[1] if reply and len(reply) > 1 else "the worker did not start"
+                    raise Unisolated(self.unisolated)
                 ready, self.awaiting = True, False
                 if not self.ready_at:
                     self.ready_at, self.phases = time.monotonic(), reply[1] if len(reply) > 1 else {}
@@ -306,9 +318,10 @@ class Worker:
             rest = list(self.sent)
             self.stop()
             self.start(refusal)
-            if rest:
-                self.awaiting = True
+            if self.job is not None:  # every later step's candidates run on it too
+                self.awaiting = self.given_work = True
                 self._send(self.job)
+            if rest:
                 self.sent = rest
                 self._send(pickle.dumps(("run", [(i, self.runs[i]) for i in rest])))
 

@@ -156,7 +156,7 @@ def serve(fd: int, parent: int) -> None:  # pragma: no cover - runs in the worke
             if message[0] == "job":
                 job.begin(message[1], _receive(conn, message[2]))
             elif message[0] == "filled":  # what could not be written into its buffers comes as bytes
-                job.ready(message[1], _receive(conn, message[2]))
+                job.ready(message[1], _receive(conn, message[2]), *message[3:])
         except (EOFError, OSError):
             os._exit(0)  # the parent is gone: nothing to report to, nothing to clean up
         if message[0] == "warm":  # a kernel will be isolated soon: what its job needs, made ahead
@@ -196,6 +196,7 @@ def warm(torch: Any, context: bool) -> tuple[float, bool]:  # pragma: no cover -
         device = 0 if count == 1 else int(rank) if rank.isdigit() and int(rank) < count else None
         if context and device is not None:
             made = True
+            torch.cuda.set_device(device)
             torch.empty(1, device=f"cuda:{device}")
             from triton.runtime import driver
 
@@ -229,8 +230,8 @@ class Job:  # pragma: no cover - runs in the worker process
         self.phases = {} if self.warmed is None else {"warmed ahead": self.warmed}
         self.warmed = None
         try:
-            if torch.cuda.is_available():
-                torch.cuda.init()
+            if job.get("device") is not None:  # the parent's current device: Triton launches on it
+                torch.cuda.set_device(job["device"])
             self.arriving = transfer.Arriving(job, inline)
             offers = self.arriving.offers() if job["shared"] else None
             self.phases["context and buffers"] = time.perf_counter() - began
@@ -246,10 +247,14 @@ class Job:  # pragma: no cover - runs in the worker process
         if not job["shared"]:
             self.ready([], [])
 
-    def ready(self, left: list, buffers: list) -> None:
+    def ready(self, left: Any, buffers: list, reason: str = "") -> None:
         import time
 
         if self.arriving is None:
+            return
+        if left is None:  # its parent could not send them: nothing runs on this job
+            self.arriving = None
+            put(self.conn, ("unisolated", reason))
             return
         began = time.perf_counter()
         try:

@@ -1,7 +1,7 @@
 """How a tuning's arguments reach the isolation worker, unchanged, and without a pickled copy.
 
-A tensor travels as its dtype, device, shape and strides; its data as one piece of raw bytes,
-either way:
+A tensor travels as its dtype, device, shape and strides; its data as the raw bytes of the storage
+its elements lie in (``span``), rebuilt there with the same strides, either way:
 
 - **over the worker's socket**: a CPU tensor, and any tensor the next way does not serve, is sent
   as it is (one copy to host memory for a device's);
@@ -14,8 +14,8 @@ either way:
 
 This process writes only into the worker's memory, never the other way: a candidate that writes
 out of bounds there still reaches nothing of this process. The data is what the tensors hold when
-the worker asks, before any candidate runs here (the streams they were written on are synchronised
-when the job is made); a worker that replaces a crashed one is sent what they hold then.
+the worker asks, before any candidate runs here, copied on the stream current when the job was
+made, in its order; a worker that replaces a crashed one is sent what they hold then.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ ALIGN = 256  # each tensor's place in the worker's buffer: aligned for any dtype
 class Packed:
     """This process's side: a job's arguments as items, the bytes sent with it (``inline``), and
     the CUDA tensors whose data the worker is to get device to device (``shared``, with the
-    ``sizes`` it is sent: ``[(device ordinal, bytes)]``)."""
+    ``sizes`` it is sent: ``[(device ordinal, bytes)]``). ``device``: the current CUDA device
+    here, which the worker makes its own (Triton launches on it)."""
 
     def __init__(self, args: tuple, kwargs: dict) -> None:
         import torch
@@ -39,10 +40,11 @@ class Packed:
         self.shared: list = []
         self.args = [self.item(a, torch) for a in args]
         self.kwargs = {k: self.item(v, torch) for k, v in kwargs.items()}
-        devices = {t.device for t in self.shared}
-        for device in devices:  # what was written on the user's stream is there before the worker asks
-            torch.cuda.current_stream(device).synchronize()
-        self.sizes = [(t.device.index, t.numel() * t.element_size()) for t in self.shared]
+        self.device = torch.cuda.current_device() if torch.cuda.is_initialized() else None
+        # Copied later on the stream they are written on, in its order: never torn by a kernel
+        # launched meanwhile (a config's pre_hook, say).
+        self.streams = {t.device.index: torch.cuda.current_stream(t.device).cuda_stream for t in self.shared}
+        self.sizes = [(t.device.index, span(t)[1]) for t in self.shared]
 
     def item(self, value: Any, torch: Any) -> tuple:
         if not isinstance(value, torch.Tensor):
@@ -51,8 +53,8 @@ class Packed:
         if value.numel():
             data = value.detach()
             if _shareable(data, torch):
-                ref = ("shared", len(self.shared), data.is_contiguous())
-                self.shared.append(data if data.is_contiguous() else data.contiguous())
+                ref = ("shared", len(self.shared))
+                self.shared.append(data)
             else:
                 ref = ("inline", len(self.inline))
                 self.inline.append(as_bytes(data))
@@ -70,7 +72,8 @@ class Packed:
                 if not isinstance(offer, tuple) or len(offer) != 2:
                     raise cuda_ipc.IpcError(offer if isinstance(offer, str) else "no buffer offered")
                 cuda_ipc.write(ordinal, offer[0], offer[1], size,
-                               [(self.shared[j].data_ptr(), at, self.sizes[j][1]) for j, at in places.items()])
+                               [(self.shared[j].data_ptr(), at, self.sizes[j][1]) for j, at in places.items()],
+                               self.streams[ordinal])
             except Exception:  # noqa: BLE001 - the socket carries them instead
                 left += list(places)
         return left, [as_bytes(self.shared[j]) for j in left]
@@ -80,11 +83,21 @@ def _shareable(tensor: Any, torch: Any) -> bool:
     return tensor.device.type == "cuda" and torch.version.hip is None and tensor.layout == torch.strided
 
 
+def span(tensor: Any) -> tuple[int, int]:
+    """``(elements, bytes)`` of the storage a tensor's elements lie in, from its first: what is
+    sent, so that the worker's tensor has the same strides over the same layout (an expanded
+    tensor's one row, a transposed one's every element, a slice's rows and the gaps between)."""
+    elements = 1 + sum((n - 1) * abs(s) for n, s in zip(tensor.shape, tensor.stride()))
+    return elements, elements * tensor.element_size()
+
+
 def as_bytes(tensor: Any) -> memoryview:
-    """A tensor's data, contiguous, on the host, as bytes (sent as they are: no pickled copy)."""
+    """The storage a tensor's elements lie in (``span``), on the host, as bytes (sent as they
+    are: no pickled copy)."""
     import torch
 
-    return memoryview(tensor.cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    flat = tensor.as_strided((span(tensor)[0],), (1,))
+    return memoryview(flat.cpu().view(torch.uint8).numpy())
 
 
 def layout(sizes: list[tuple[int, int]]) -> dict[int, tuple[int, dict[int, int]]]:
@@ -124,26 +137,24 @@ class Arriving:
         sent = dict(zip(left, buffers))
         args = [self.restore(a, sent) for a in self.job["args"]]
         kwargs = {k: self.restore(v, sent) for k, v in self.job["kwargs"].items()}
-        self.blocks = {}  # what the contiguous tensors view stays theirs; the rest is freed
+        self.blocks = {}  # the tensors view them: each buffer lives as long as its tensors
         return args, kwargs
 
     def restore(self, item: tuple, sent: dict) -> Any:
+        """A tensor over its span's bytes, with its strides (an expanded one stays expanded)."""
         import torch
 
         if item[0] != "tensor":
             return item[1]
         _, ref, dtype, device, shape, stride = item
         dtype = getattr(torch, dtype)
-        if ref is not None and ref[0] == "shared" and ref[1] not in sent:
+        if ref is None:
+            return torch.empty_strided(shape, stride, dtype=dtype, device=device)
+        if ref[0] == "shared" and ref[1] not in sent:
             ordinal, nbytes = self.job["shared"][ref[1]]
             at = self.places[ordinal][1][ref[1]]
-            data = self.blocks[ordinal][at:at + nbytes].view(dtype)
-            if ref[2]:  # contiguous: the tensor is the buffer itself, no copy
-                return data.as_strided(shape, stride)
+            flat = self.blocks[ordinal][at:at + nbytes].view(dtype)
         else:
-            raw = None if ref is None else self.inline[ref[1]] if ref[0] == "inline" else sent[ref[1]]
-            data = None if raw is None else torch.frombuffer(raw, dtype=torch.uint8).view(dtype)
-        out = torch.empty_strided(shape, stride, dtype=dtype, device=device)
-        if data is not None:
-            out.copy_(data.reshape(shape))
-        return out
+            raw = self.inline[ref[1]] if ref[0] == "inline" else sent[ref[1]]
+            flat = torch.frombuffer(raw, dtype=torch.uint8).view(dtype).to(device)
+        return flat.as_strided(shape, stride)

@@ -144,18 +144,20 @@ class KernelJob(job.Job):
         upstream's ``check_disk_cache``'s benchmark)."""
         instance, state, request, key, configs, group = (self.instance, self.state, self.request, self.key,
                                                          self.configs, self.group)
-        prepare, gate = self.readying()
-        do_bench = user_do_bench(instance)
-        bar, seen = report.progress_bar(len(configs), state.name, not distributed.rank(group)), set()
+        bar, seen = None, set()
 
         def advance(config, timing, reason):  # each candidate once, whatever round timed it
             if id(config) not in seen:
                 seen.add(id(config))
                 bar.update(1)
 
-        findings = request.found
-        findings.prior, findings.prior_key, findings.prior_unseen = warm_start(state, self.store, key, configs, group)
-        try:
+        try:  # (the isolation worker, taken by ``readying``, is given back whatever happens after)
+            prepare, gate = self.readying()
+            do_bench = user_do_bench(instance)
+            bar = report.progress_bar(len(configs), state.name, not distributed.rank(group))
+            findings = request.found
+            findings.prior, findings.prior_key, findings.prior_unseen = warm_start(state, self.store, key, configs,
+                                                                                   group)
             self.outcome = outcome = engine.run_candidates(
                 request, configs, self.make_call, method=self.method, do_bench=do_bench, group=group,
                 screen=screen_for(instance, do_bench), upstream_errors=True,
