@@ -423,13 +423,10 @@ def test_the_worker_path_leaves_out_the_working_directory_unless_pythonpath_name
 
 _PARENT = """
 import os, sys, time, torch
-from triton_dist_plugin.isolation import fork_checks, isolate, worker_start
+from triton_dist_plugin.isolation import isolate
 from spin import spin
-if sys.argv[1] == "zygote":  # forked at activation: it forks the worker, as once this process may not
-    fork_checks.refusal = lambda: "planted"
 worker = isolate.worker()
-assert worker.began.startswith("forked from its zygote") == (sys.argv[1] == "zygote"), worker.began
-if sys.argv[1] in ("running", "zygote"):  # a candidate that never finishes
+if sys.argv[1] == "running":  # a candidate that never finishes
     x = torch.zeros(64)
     worker.prepare(spin, type(spin).__name__, (x,), {})
     worker.submit(0, {"BLOCK": 64}, (1,))
@@ -441,7 +438,7 @@ else:  # waiting for work, with a forked child holding this end of the socket op
     if holder == 0:
         time.sleep(120)
         os._exit(0)
-print(worker.proc.pid, holder, worker_start._zygote_proc.pid, flush=True)
+print(worker.proc.pid, holder, flush=True)
 time.sleep(600)
 """
 
@@ -456,13 +453,12 @@ def _running(pid: int) -> bool:
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 @pytest.mark.parametrize(("sig", "state"), [(signal.SIGKILL, "running"), (signal.SIGTERM, "running"),
-                                            (signal.SIGKILL, "waiting"), (signal.SIGKILL, "zygote")],
-                         ids=["kill-running", "term-running", "kill-waiting", "kill-zygote-running"])
+                                            (signal.SIGKILL, "waiting")], ids=["kill-running", "term-running",
+                                                                               "kill-waiting"])
 def test_the_worker_dies_with_its_parent(tmp_path, sig, state):
     """Killed parents leave no worker behind: not one running a candidate that never finishes
     (it never reads its socket again, and spun on at full speed), not one waiting for work while
-    a forked child of the parent keeps the socket open (it never saw it close), not the workers'
-    zygote, nor a worker the zygote forked."""
+    a forked child of the parent keeps the socket open (it never saw it close)."""
     (tmp_path / "spin.py").write_text(
         "import triton, triton.language as tl\n"
         "@triton.jit\n"
@@ -484,10 +480,9 @@ def test_the_worker_dies_with_its_parent(tmp_path, sig, state):
         parent.send_signal(sig)
         parent.wait(30)
         deadline = time.monotonic() + 5
-        while (_running(pids[0]) or _running(pids[2])) and time.monotonic() < deadline:
+        while _running(pids[0]) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not _running(pids[0]), f"the worker outlived its parent ({signal.Signals(sig).name}, {state})"
-        assert not _running(pids[2]), f"the zygote outlived its parent ({signal.Signals(sig).name}, {state})"
     finally:
         for pid in [*pids, parent.pid]:
             if pid and _running(pid):

@@ -68,11 +68,7 @@ fcntl.flock(lock, fcntl.LOCK_EX)
 signal.signal(signal.SIGTERM, lambda *a: open(os.path.join(here, "handler-ran"), "w").close())
 logging.basicConfig(filename=os.path.join(here, "parent.log"))
 sys.stdout.write("buffered-once\\n")
-from triton_dist_plugin.isolation import worker_start
-if sys.argv[1] == "nozygote":  # gone (killed, say): the next worker that cannot be forked here is a fresh one
-    os.kill(worker_start._zygote_proc.pid, signal.SIGKILL)
-    worker_start._zygote_proc.wait(10)
-if sys.argv[1] in ("thread", "nozygote"):
+if sys.argv[1] == "thread":
     threading.Thread(target=time.sleep, args=(60,), name="user-thread", daemon=True).start()
 torch.set_num_threads(2)
 (torch.ones(1 << 20) * 2).sum()  # torch's CPU thread pool, in use before the fork
@@ -104,14 +100,6 @@ assert torch.equal(out, x)
 pid, began = worker.proc.pid, worker.began
 with open(f"/proc/{pid}/comm") as fh:
     comm = fh.read().strip()
-z = worker_start._zygote_proc.pid if worker_start._zygote_proc and worker_start._zygote_proc.poll() is None else None
-zygote = None
-if z:
-    with open(f"/proc/{z}/comm") as fh, open(f"/proc/{pid}/stat") as stat:
-        zygote = {"fds": sorted(os.readlink(f"/proc/{z}/fd/{f}").split(":")[0] for f in os.listdir(f"/proc/{z}/fd")
-                                if int(f) > 2),
-                  "comm": fh.read().strip(), "threads": len(os.listdir(f"/proc/{z}/task")),
-                  "parent": stat.read().rsplit(")", 1)[1].split()[1] == str(z)}
 port = listener.getsockname()[1]
 listener.close()
 lock.close()  # closed, not unlocked: only a copy of it elsewhere would still hold the lock
@@ -123,7 +111,7 @@ rebound.listen()
 os.kill(pid, signal.SIGTERM)
 code = worker.proc.wait(10)
 notes = [n for n in records[-1].notes if "isolation worker" in n]
-print(json.dumps({"began": began, "comm": comm, "code": code, "notes": notes, "zygote": zygote}))
+print(json.dumps({"began": began, "comm": comm, "code": code, "notes": notes}))
 '''
 
 
@@ -157,12 +145,6 @@ def test_a_forked_worker_holds_nothing_of_its_parent_that_could_act(tmp_path):
     assert "worker forked" in result["notes"][0] and "0 failed there" in result["notes"][0]
     assert stdout.count("buffered-once") == 1
     (inside,) = seen  # imported once there, and no second worker imported it
-    _holds_nothing(inside, tmp_path)
-    zygote = result["zygote"]  # forked at activation; idle, it holds as little, and is not the worker's parent
-    assert zygote == {"fds": ["pipe", "pipe", "socket"], "comm": "tdp-zygote", "threads": 1, "parent": False}, zygote
-
-
-def _holds_nothing(inside: dict, tmp_path: Path) -> None:
     fds = inside["fds"]
     assert {"0", "1", "2"} <= set(fds) and fds["0"] == os.devnull
     others = {n: target for n, target in fds.items() if int(n) > 2}
@@ -175,34 +157,18 @@ def _holds_nothing(inside: dict, tmp_path: Path) -> None:
 
 
 def test_no_fork_while_a_module_is_being_imported(tmp_path):
-    """A kernel decorated as a library is imported: a child of this process would hold the library
-    half run (and running it again repeats what it did, a lock it took, an operator it
-    registered). The zygote, forked before that import began, forks the worker instead, which
-    imports the library whole and holds nothing of the user's process."""
+    """A kernel decorated as a library is imported: the child would hold the library half run (and
+    running it again repeats what it did, a lock it took, an operator it registered). A fresh
+    interpreter then, which imports it whole."""
     result, seen, _ = _run(tmp_path, "importing")
-    assert result["began"] == "forked from its zygote (a module is being imported (kmod))", result
+    assert result["began"] == "started as a fresh interpreter (a module is being imported (kmod))", result
     assert result["notes"] and "0 failed there" in result["notes"][0], result["notes"]
-    assert "worker forked from its zygote" in result["notes"][0] and result["code"] == -15
-    assert result["comm"] == "tdp-isolation" and result["zygote"]["parent"]  # its child, not this process's
-    (inside,) = seen
-    _holds_nothing(inside, tmp_path)
 
 
-def test_a_process_with_other_threads_has_its_worker_forked_by_the_zygote(tmp_path):
-    """A thread of the user's could hold a lock a child of this process needs: the zygote, forked
-    while there was none, forks the worker, which still isolates the kernel."""
+def test_a_process_with_other_threads_starts_a_fresh_worker_and_says_why(tmp_path):
+    """A thread of the user's could hold a lock the child needs: the worker is a fresh interpreter,
+    which still isolates the kernel (imported by name, run, named like a forked one)."""
     result, seen, _ = _run(tmp_path, "thread")
-    assert result["began"].startswith("forked from its zygote (other threads run in this process (user-thread")
-    assert result["comm"] == "tdp-isolation" and result["code"] == -15
-    assert result["notes"] and "0 failed there" in result["notes"][0], result["notes"]
-    (inside,) = seen
-    _holds_nothing(inside, tmp_path)
-
-
-def test_without_the_zygote_a_worker_that_cannot_be_forked_is_a_fresh_interpreter(tmp_path):
-    """The zygote gone (killed here) and a fork unsafe (a thread of the user's): a fresh
-    interpreter, which isolates the kernel all the same, and the report says why."""
-    result, seen, _ = _run(tmp_path, "nozygote")
     assert result["began"].startswith("started as a fresh interpreter (other threads run in this process (user-thread")
     assert result["comm"] == "tdp-isolation" and result["code"] == -15
     assert result["notes"] and "0 failed there" in result["notes"][0], result["notes"]
@@ -248,34 +214,6 @@ def test_a_forked_worker_dies_of_a_crashing_candidate_and_is_replaced():
         failed = worker.finish({})
         assert sorted(failed) == [1] and failed[1].startswith("crashed the isolation worker"), failed
         assert first.returncode is not None and first.returncode != 0 and worker.proc is not first
-    finally:
-        worker.stop()
-
-
-def test_a_worker_from_the_zygote_dies_of_a_crashing_candidate_and_is_replaced_from_it(monkeypatch):
-    """Once this process may not fork (planted here), the zygote forks each worker: a candidate
-    that writes far out of bounds kills that one, its exit status comes through the zygote, and
-    the next worker, forked by the zygote as well, takes the rest."""
-    from test_isolate import planted
-
-    worker_start.start_zygote()
-    assert worker_start._zygote is not None and worker_start._zygote_proc.poll() is None
-    monkeypatch.setattr(fork_checks, "refusal", lambda: "planted")
-    worker = isolate.Worker()
-    try:
-        assert worker.began == "forked from its zygote (planted)", worker.began
-        first = worker.proc
-        x, out = torch.randn(300), torch.zeros(300)
-        worker.prepare(planted, type(planted).__name__, (x, out, 300), {})
-        for index, fault in enumerate((0, 1, 0)):
-            worker.submit(index, {"BLOCK": 64, "FAULT": fault}, (5,))
-        failed = worker.finish({})
-        assert sorted(failed) == [1] and failed[1].startswith("crashed the isolation worker (exit code "), failed
-        assert first.returncode not in (None, 0) and worker.proc is not first
-        assert worker.began == "forked from its zygote (planted)"
-        second = worker.proc
-        worker.stop()
-        assert second.returncode == -9  # killed through the zygote, which reaped it
     finally:
         worker.stop()
 

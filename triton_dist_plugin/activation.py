@@ -81,7 +81,7 @@ def activate() -> None:
             _restore()
             raise
     # Outside the lock: a worker forked here must find it free (it gives Triton back as it was).
-    isolate.prestart()  # the workers' zygote (and, with every kernel isolated, the worker) alongside the program
+    isolate.prestart()  # with every kernel isolated, its worker starts alongside the program
     forked_compile.prestart()  # kernels decorated before activation reach no decoration hook
 
 

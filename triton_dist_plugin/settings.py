@@ -206,9 +206,8 @@ SETTINGS: tuple[Setting, ...] = (
             "in this process; `1`: for every kernel, `0`: never", _optional_bit, "0 or 1 (unset: generated only)"),
     Setting("TRITON_DIST_AUTOTUNE_ISOLATE_FORK", "0/1", "`1`",
             "fork the isolation worker from this process where that is safe (no GPU driver initialised here, no "
-            "other thread, no module being imported: see failure-modes.md), ready at once, else from the zygote "
-            "forked at activation; else, and with `0` (no zygote either), it is a fresh interpreter, which imports "
-            "torch and Triton again (seconds)", _bit(True), "0 or 1"),
+            "other thread, no module being imported: see failure-modes.md), ready at once; else, and with `0`, "
+            "it is a fresh interpreter, which imports torch and Triton again (seconds)", _bit(True), "0 or 1"),
     Setting("TRITON_DIST_AUTOTUNE_ISOLATE_IDLE", "seconds", "`5`",
             "how long the isolation worker keeps its GPU context (some hundreds of MB) after the last tuning that "
             "used it, or after the decoration of a kernel to isolate (it makes the context then, ahead of the first "

@@ -3,5 +3,5 @@ one that crashes the GPU context or never finishes fails there. ``isolate`` is t
 (one worker per process, started early, replaced after a crash) and ``channel`` its end of the
 worker's socket; ``isolate_source`` what is sent of a kernel the worker cannot import (its source
 and the values it uses); ``transfer`` and ``cuda_ipc`` how the arguments travel; ``isolate_worker``
-the worker's side; ``worker_start``, ``fork_checks`` and ``zygote`` how its process begins;
+the worker's side; ``worker_start`` and ``fork_checks`` how its process begins;
 ``idle`` its release when tuning has gone idle."""

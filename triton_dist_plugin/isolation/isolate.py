@@ -74,34 +74,30 @@ def _new_shared() -> Worker:
 
 
 def prestart(fn: Any = None, generated: bool = False) -> None:
-    """Ready isolation ahead of the first tuning that needs it. At activation (``fn`` None): the
-    workers' zygote, unless isolation is off (``worker_start.start_zygote``), and the worker itself
-    when every kernel is isolated. When a kernel that will be isolated is decorated: the worker,
-    which imports ``fn``'s module where it can and makes its GPU context now (given back after the
-    idle time if no tuning comes), then the zygote if there is none. Not in a ``multiprocessing``
+    """Start the process's worker ahead of the first tuning that needs it: at activation when
+    every kernel is isolated (``fn`` None), or when a kernel that will be isolated is decorated
+    (the worker then imports ``fn``'s module too, where it can). It makes its GPU context now,
+    given back after the idle time if no tuning comes (``idle``). Not in a ``multiprocessing``
     child (a data loader's, say), which seldom tunes; never raises: whatever goes wrong here is
     met again, and reported, by the tuning."""
     global _shared
     try:
         import multiprocessing
 
-        choice = settings.value(ENV)
-        if choice is False or frozen.mode() or multiprocessing.parent_process() is not None:
+        wanted = settings.value(ENV) is True if fn is None else enabled(generated)
+        if not wanted or frozen.mode() or multiprocessing.parent_process() is not None:
             return
-        wanted = choice is True if fn is None else enabled(generated)
-        module = isolate_source.module_of(fn) if fn is not None and wanted else None
+        module = isolate_source.module_of(fn) if fn is not None else None
         with _shared_lock:
-            if wanted and _shared is None:
+            if _shared is None:
                 _shared = _new_shared()
             if module is not None and module not in _shared.preloaded:
                 _shared.preloaded.add(module)
                 _shared._send(pickle.dumps(("preload", module)))
-            if wanted and not (_shared.given_work or _shared.warming):  # made now; goes if no tuning comes
+            if not (_shared.given_work or _shared.warming):  # made now; goes again if no tuning comes
                 _shared.warming = True
                 _shared._send(pickle.dumps(("warm", True)))
                 idle.after_tuning(_shared, _shared_lock, lambda: _shared)
-        if wanted or fn is None:
-            worker_start.start_zygote()
     except Exception:
         return
 
@@ -256,7 +252,7 @@ class Worker:
             if not pending:
                 return failed
             if not ready:
-                forked = self.began.startswith("forked")
+                forked = self.began == "forked"
                 reply = self._receive(worker_start.FORKED_READY_S if forked else _START_TIMEOUT)
                 if forked and (reply is None or reply[0] != "ready"):  # a fresh interpreter takes over
                     why = reply[1] if reply and len(reply) > 1 else \

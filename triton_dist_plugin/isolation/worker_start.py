@@ -21,27 +21,21 @@ fork (a data loader's, say).
 
 from __future__ import annotations
 
-import atexit
-import functools
 import os
 import socket
 import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
-from .. import settings
-from . import fork_checks, isolate_source, zygote
+from . import fork_checks, isolate_source
 from .isolate_worker import BOOTSTRAP
 
 FORK_ENV = fork_checks.FORK_ENV
 NAME = b"tdp-isolation"  # the worker's process name (``ps -o comm``, ``top``), however it started
-ZYGOTE_NAME = b"tdp-zygote"
 FORKED_READY_S = 30.0  # a forked worker not ready by then (its job's imports, its GPU context) is replaced
-_serving = False  # True in a forked worker (and the zygote)
-_zygote: Optional[zygote.Zygote] = None
-_zygote_proc: Optional[Forked] = None
+_serving = False  # True in a forked worker
 
 
 #: What a forked child runs before it serves, to be as the fresh interpreter is (the switch layer
@@ -59,17 +53,13 @@ def launch(theirs: socket.socket, ours: socket.socket, refusal: Optional[str] = 
     """Start a worker on ``theirs`` (its end of the socket pair; the caller closes it after):
     ``(process, how)``, the process as ``subprocess.Popen`` shows one, and how it began.
     ``refusal``: why not to fork it (a forked one that failed to start, say)."""
-    path, given = isolate_source.search_path()[0], refusal
+    path = isolate_source.search_path()[0]
     refusal = refusal or fork_checks.refusal()
     if refusal is None:
         try:
             return _fork(theirs, ours, path), "forked"
         except OSError as exc:
             refusal = f"the fork failed ({exc})"
-    if given is None and settings.value(FORK_ENV) and _zygote is not None and _zygote_proc.poll() is None:
-        spawned = _zygote.spawn(theirs, path)
-        if spawned is not None:
-            return spawned, f"forked from its zygote ({refusal})"
     # Linux sends the parent-death signal when the *thread* that started the worker ends: only
     # the main thread lasts as long as the process (from others, the worker's watch alone serves).
     pdeathsig = threading.current_thread() is threading.main_thread()
@@ -114,42 +104,7 @@ class Forked:
                 pass
 
 
-def start_zygote() -> None:
-    """Fork the workers' zygote (``zygote``) now, if there is none alive and a fork is safe."""
-    global _zygote, _zygote_proc
-    if _zygote is not None and not _zygote.gone and _zygote_proc.poll() is None:
-        return
-    if fork_checks.refusal() is not None:
-        return
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        body = functools.partial(zygote.main, become=_become_spawned, serve=_serve)
-        _zygote_proc = _fork(theirs, ours, isolate_source.search_path()[0], body, ZYGOTE_NAME)
-        _zygote = zygote.Zygote(_zygote_proc.pid, ours)
-        atexit.register(_zygote.forget)  # its end closed: the zygote ends too (it would die with us anyway)
-    except OSError:
-        ours.close()
-    finally:
-        theirs.close()
-
-
-def _forget_zygote() -> None:
-    global _zygote
-    if _zygote is not None:
-        _zygote.forget()
-    _zygote = None
-
-
-os.register_at_fork(after_in_child=_forget_zygote)
-
-
-def _become_spawned(fd: int, path: list[str]) -> None:  # pragma: no cover - a worker the zygote forked
-    zygote.tie(NAME)  # dies with the zygote, which dies with the user's process
-    sys.path[:] = path
-
-
-def _fork(theirs: socket.socket, ours: socket.socket, path: list[str], body: Optional[Callable] = None,
-          name: bytes = NAME) -> Forked:
+def _fork(theirs: socket.socket, ours: socket.socket, path: list[str]) -> Forked:
     import signal
     import warnings
 
@@ -171,11 +126,11 @@ def _fork(theirs: socket.socket, ours: socket.socket, path: list[str], body: Opt
             pid = os.fork()
         if pid == 0:
             try:
-                _become_worker(theirs.fileno(), ours, parent, path, mask, name)
+                _become_worker(theirs.fileno(), ours, parent, path, mask)
             except BaseException as exc:  # noqa: BLE001 - never back into the parent's code
                 _tell(theirs.fileno(), f"the forked worker could not start ({type(exc).__name__}: {exc})")
                 os._exit(1)
-            os._exit((body or _serve)(theirs.fileno(), parent))
+            os._exit(_serve(theirs.fileno(), parent))
     finally:
         if pid != 0:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
@@ -207,14 +162,20 @@ def _tell(fd: int, reason: str) -> None:  # pragma: no cover - child
         pass
 
 
-def _become_worker(fd: int, ours: socket.socket, parent: int, path: list[str], mask: Any,
-                   name: bytes) -> None:  # pragma: no cover - child
-    """Let go of the parent, then take signals again: what runs next is the worker (or zygote)."""
+def _become_worker(fd: int, ours: socket.socket, parent: int, path: list[str],
+                   mask: Any) -> None:  # pragma: no cover - child
+    """Let go of the parent, then take signals again: what ``_serve`` runs next is the worker."""
+    import ctypes
     import signal
 
     global _serving
     _serving = True
-    zygote.tie(name)  # the fork came from the main thread: the parent-death signal holds
+    try:
+        libc = ctypes.CDLL(None)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the fork came from the main thread
+        libc.prctl(15, NAME)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass  # the socket and the parent are watched as well
     if os.getppid() != parent:
         os._exit(0)
     _let_go_of_parent(fd, ours)
