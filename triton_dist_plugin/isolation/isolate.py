@@ -6,15 +6,13 @@ context) on its own copies of the arguments, under a timeout; one that crashes t
 there or does not finish in time is a failed candidate with that reason, never run in the user's
 process, and a new worker takes the rest.
 
-One worker serves every tuning of the process. It starts when a kernel that will be isolated is
-decorated, so its slow imports (torch, Triton, the kernel's module) run off the first call's path;
-it makes its CUDA context only when a tuning sends it work, and gives it back once tuning has been
-idle a while (``idle``). Each tuning sends it the kernel and the arguments before compiling, and
-each candidate as it compiles. It is forked from this process while that is safe (torch and
-Triton already imported: milliseconds), else a plain ``python -I -c`` process (``worker_start``),
-never a ``multiprocessing`` spawn (which would import the user's main script again); neither runs
-any file of the working directory; it dies with this process (Linux's parent-death signal, and a
-watch on its socket and parent, even mid-candidate).
+One worker serves every tuning of the process. It starts, and makes its CUDA context, when a
+kernel that will be isolated is decorated, off the first call's path, and gives the context back
+once tuning has been idle a while (``idle``). Each tuning sends it the kernel and the arguments
+(``transfer``) before compiling, and each candidate as it compiles. It is forked from this
+process while that is safe, else a plain ``python -I -c`` process (``worker_start``), never a
+``multiprocessing`` spawn (which would import the user's main script again); it dies with this
+process (Linux's parent-death signal, and a watch on its socket and parent, even mid-candidate).
 
 On (``TRITON_DIST_AUTOTUNE_ISOLATE``) by default for generated candidates (``configs=[]``), which
 nobody has run before; ``1`` for every tuned kernel; ``0`` never. A kernel in the main script,
