@@ -606,7 +606,7 @@ def test_no_idle_release_while_a_tuning_has_the_worker_and_no_stale_request_is_a
     assert worker.released == released and worker.proc is proc
     isolate.done(worker)
     assert not worker.tuning and worker.packed is None
-    (reply,) = worker._share({0: (b"x" * 64, 0)})
+    (reply,) = worker.channel.answer({0: (b"x" * 64, 0)})
     assert pickle.loads(reply) == ("filled", None, [], "the tuning it was for has ended")
 
 

@@ -27,13 +27,13 @@ SEND, READ = "tdp-isolation-send", "tdp-isolation-read"
 
 class Channel:
     """``send`` messages (bytes, or a list of buffers sent back to back); ``receive`` replies.
-    ``answer(offers)``: the reply to the worker's ``share`` (a list of buffers)."""
+    ``job()``: the current job's arguments (``transfer.Packed``), which a ``share`` asks for."""
 
-    def __init__(self, ours: socket.socket, answer: Callable[[Any], list]) -> None:
+    def __init__(self, ours: socket.socket, job: Callable[[], Any]) -> None:
         self.conn = Connection(ours.detach())
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self.answer = answer
+        self.job = job
         self.shared_in = 0.0  # seconds the last ``share`` took to answer (for the report)
         self.warmed: Optional[bool] = None  # whether a GPU context was made ahead, once the worker says
         self.answering = threading.Lock()
@@ -90,6 +90,13 @@ class Channel:
                 self.warmed = bool(message[1:2] and message[1])
             else:
                 self.inbox.put(message)
+
+    def answer(self, offers: Any) -> list:
+        """The job's CUDA tensors written into the buffers the worker offers (from this thread)."""
+        packed = self.job()
+        if packed is None:  # the tuning ended: nothing to write, and nothing for it to run
+            return abort("the tuning it was for has ended")
+        return filled(*packed.answer(offers))
 
     def receive(self, limit: float, alive: Callable[[], bool]) -> Optional[tuple]:
         """The worker's next reply; ``("gone",)`` once its end closed or it died; None after

@@ -142,7 +142,7 @@ class Worker:
         ours, theirs = socket.socketpair()
         self.proc, self.began = worker_start.launch(theirs, ours, refusal)
         theirs.close()
-        self.channel = channel.Channel(ours, self._share)
+        self.channel = channel.Channel(ours, lambda: self.packed)
         self.started_at = time.monotonic()
         self.given_work = False  # sent a job (so made its GPU context): what an idle release gives back
         self.warming = False  # told to make its GPU context ahead of any job
@@ -221,13 +221,6 @@ class Worker:
     def _send(self, message: Any) -> None:
         if message is not None:  # (None would end the writer)
             self.channel.send(message)
-
-    def _share(self, offers: Any) -> list:
-        """The worker's buffers for this job's CUDA tensors: written into (from the reader thread)."""
-        packed = self.packed
-        if packed is None:  # the tuning ended: nothing to write, and nothing for it to run
-            return channel.abort("the tuning it was for has ended")
-        return channel.filled(*packed.answer(offers))
 
     def let_go(self) -> None:
         """The tuning is over: nothing of its arguments is kept (a user's tensor may be freed)."""
