@@ -45,9 +45,9 @@ def test_cuda_tensors_reach_another_process_device_to_device_unchanged(tmp_path)
     base = torch.randn(64, 33, device="cuda")
     values = [torch.randn(1000, device="cuda").half(), torch.arange(-5, 300, device="cuda"),
               torch.rand(77, device="cuda") > 0.5, base.t(), base[3:9, 1:], torch.empty(0, 3, device="cuda"),
-              torch.randn(3 << 20, device="cuda"), 7]
+              torch.randn(3 << 20, device="cuda"), torch.randn(5, 1, device="cuda").expand(5, 7), 7]
     packed = Packed(tuple(values), {})
-    assert len(packed.shared) == 6  # the empty tensor has nothing to send
+    assert len(packed.shared) == 7  # the empty tensor has nothing to send
     proc, conn = _child(tmp_path)
     conn.send_bytes(pickle.dumps({"args": packed.args, "kwargs": {}, "shared": packed.sizes}))
     left, buffers = packed.answer(pickle.loads(conn.recv_bytes()))
@@ -78,7 +78,7 @@ def test_an_offer_smaller_than_the_arguments_is_refused_and_they_take_the_socket
     offers = pickle.loads(conn.recv_bytes())
     with pytest.raises(cuda_ipc.IpcError, match="buffer"):
         cuda_ipc.write(big.device.index, *offers[big.device.index], packed.sizes[0][1],
-                       [(big.data_ptr(), 0, packed.sizes[0][1])])
+                       [(big.data_ptr(), 0, packed.sizes[0][1])], torch.cuda.current_stream().cuda_stream)
     left, buffers = packed.answer(offers)
     assert left == [0] and buffers[0].nbytes == big.numel() * 4
     torch.cuda.synchronize()
