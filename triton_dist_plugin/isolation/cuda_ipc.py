@@ -4,9 +4,9 @@ buffer of its memory, and this process writes a tuning's arguments into it devic
 The driver API, not torch's tensor sharing: torch's needs a ``multiprocessing`` parent and keeps a
 reference-count file per tensor, and either side may be a plain process here. Each call pushes the
 device's primary context (torch's) for its own thread, so it works from any thread. The mapping is
-of the worker's memory, checked against the size the driver says it has before anything is
-written, and unmapped before the worker runs a candidate: this process never maps more than the
-buffer it asked for, and keeps nothing of the worker's mapped.
+of the worker's memory (the allocation that holds the buffer it offered), checked against the size
+the driver says it has before anything is written, written only within the buffer, and unmapped
+before the worker runs a candidate: this process keeps nothing of the worker's mapped.
 """
 
 from __future__ import annotations
