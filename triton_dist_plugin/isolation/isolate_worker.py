@@ -225,7 +225,7 @@ class Job:  # pragma: no cover - runs in the worker process
         while the parent writes into them; ready at once where nothing is shared."""
         import time
 
-        torch, began = self.torch, time.perf_counter()
+        torch, began, offers = self.torch, time.perf_counter(), None
         self.job, self.fn, self.args, self.kwargs, self.waiting = job, None, None, None, []
         self.phases = {} if self.warmed is None else {"warmed ahead": self.warmed}
         self.warmed = None
@@ -240,9 +240,10 @@ class Job:  # pragma: no cover - runs in the worker process
             began = time.perf_counter()
             self.fn = _load(job, self.rebuilt)
             self.phases["kernel"] = time.perf_counter() - began
-        except Exception as exc:
-            self.arriving = None
+        except Exception as exc:  # (buffers already offered stay until the parent's answer: it may be writing)
             put(self.conn, ("unisolated", f"the worker could not load {job['name']}: {type(exc).__name__}: {exc}"))
+            if offers is None:
+                self.arriving = None
             return
         if not job["shared"]:
             self.ready([], [])
@@ -252,9 +253,10 @@ class Job:  # pragma: no cover - runs in the worker process
 
         if self.arriving is None:
             return
-        if left is None:  # its parent could not send them: nothing runs on this job
+        if left is None or self.fn is None:  # not sent, or the kernel did not load: nothing runs on this job
             self.arriving = None
-            put(self.conn, ("unisolated", reason))
+            if left is None:
+                put(self.conn, ("unisolated", reason))
             return
         began = time.perf_counter()
         try:
