@@ -156,41 +156,66 @@ def test_a_config_pre_hook_that_raises_leaves_its_candidate_on_the_shared_argume
 
 
 PRESTART = """
-import sys, threading
+import os, sys, threading
+if os.environ.get("ORDER") == "torch-first":
+    import torch
 import triton, triton.language as tl
-import triton_dist_plugin
-from triton_dist_plugin.compiling import forked_compile
-
-activated = sorted(t.name for t in forked_compile._early)  # started at activation already
 
 @triton.jit
 def k(x, BLOCK: tl.constexpr):
     pass
 
-triton.autotune(configs=[triton.Config({"BLOCK": 1})], key=[])(k)
-names = sorted(t.name for t in forked_compile._early)
+if os.environ.get("ORDER") == "kernel-first":  # decorated before activation: no decoration hook sees it
+    early = triton.autotune(configs=[triton.Config({"BLOCK": 1})], key=[])(k)
+import triton_dist_plugin
+from triton_dist_plugin.compiling import forked_compile
+
+started = lambda: sorted(t.name for t in forked_compile._early)
+print(started())  # at activation
+if os.environ.get("ORDER") == "torch-first":  # what torch's first use of CUDA runs (no GPU here)
+    import torch.cuda
+    for call, _ in list(torch.cuda._queued_calls):
+        call()
+    print(started())
+generated = os.environ.get("ORDER") == "generated"  # its worker is forked as it is decorated
+tuned = triton.autotune(configs=[] if generated else [triton.Config({"BLOCK": 1})], key=[])(k)
+print(started())  # once a kernel is decorated
+if generated:
+    from triton_dist_plugin.isolation import isolate
+    print(isolate._shared.began)
 forked_compile.prestarted()
 try:
     from triton.runtime.cache import triton_key
 except ImportError:
     from triton.compiler.compiler import triton_key
-print(activated == names, names, triton_key.cache_info().currsize)
+print(triton_key.cache_info().currsize)
 """
+BOTH = "['tdp-cuda-utils', 'tdp-triton-key']"
 
 
-@pytest.mark.parametrize("env", [{}, {"TRITON_INTERPRET": "1"}, {"TRITON_DIST_AUTOTUNE_FROZEN": "strict"}],
-                         ids=["compiling", "interpreter", "frozen"])
-def test_activation_starts_what_the_first_compile_needs_in_threads(env, tmp_path):
-    """Triton's source hash and its CUDA helper build start at activation (else at decoration),
-    off the first tuning's path (the helper fails at once on this machine, which has no CUDA: unseen); not where
-    nothing compiles."""
-
-    base = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_DIST_AUTOTUNE_FROZEN")}
+@pytest.mark.parametrize("case, env, expected", [
+    # A kernel decorated later may fork the isolation worker, which would wait for the threads: not yet.
+    ("default", {}, ["[]", BOTH, "1"]),
+    ("generated", {"ORDER": "generated"}, ["[]", BOTH, "forked", "1"]),
+    ("isolation off", {"TRITON_DIST_AUTOTUNE_ISOLATE": "0"}, [BOTH, BOTH, "1"]),
+    ("no fork", {"TRITON_DIST_AUTOTUNE_ISOLATE_FORK": "0"}, [BOTH, BOTH, "1"]),
+    ("kernel first", {"ORDER": "kernel-first"}, [BOTH, BOTH, "1"]),
+    ("torch first", {"ORDER": "torch-first"}, ["[]", BOTH, BOTH, "1"]),  # started by torch's CUDA start
+    ("interpreter", {"TRITON_INTERPRET": "1"}, ["[]", "[]", "0"]),
+    ("frozen", {"TRITON_DIST_AUTOTUNE_FROZEN": "strict"}, ["[]", "[]", "0"]),
+])
+def test_what_the_first_compile_needs_starts_in_threads_off_its_path(case, env, expected, tmp_path):
+    """Triton's source hash and its CUDA helper build run in threads, off the first tuning's path
+    (the helper fails at once on this machine, which has no CUDA: unseen): at activation, unless a
+    kernel decorated later may fork the isolation worker, which waits for them (then at that
+    decoration, after the fork, or at torch's first use of CUDA); never where nothing compiles."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("TRITON_DIST_AUTOTUNE")
+            and k not in ("TRITON_INTERPRET", "ORDER")}
     script = tmp_path / "prestart.py"  # Triton reads a kernel's source from its file
     script.write_text(PRESTART)
-    out = python(script, env={**base, **env}, cwd=os.getcwd(), timeout=120)
+    home = tmp_path / "home"
+    home.mkdir()
+    out = python(script, env={**base, "HOME": str(home), "TRITON_CACHE_DIR": str(tmp_path / "triton"),
+                              "TRITON_DIST_AUTOTUNE_DIR": str(tmp_path / "tune"), **env}, cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr
-    if env:
-        assert out.stdout.split() == ["True", "[]", "0"]
-    else:  # started at activation; the hash is memoised: the first compile finds it done
-        assert out.stdout.split() == ["True", "['tdp-cuda-utils',", "'tdp-triton-key']", "1"]
+    assert out.stdout.strip().splitlines() == expected, (case, out.stdout)

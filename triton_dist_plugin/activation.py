@@ -12,15 +12,19 @@ own wrapper, so another library's later patch is never undone by ours.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import threading
 import warnings
 
 import wrapt
 
-from . import _compat, bus
+from . import _compat, bus, settings
 from .compiling import forked_compile
-from .isolation import isolate, worker_start
+from .isolation import fork_checks, isolate, worker_start
 from .patched import benchmarker, kernel_state, launch, subclass
+from .settings import SettingError
 
 _lock = threading.Lock()
 _installed: list[tuple[type, str, object, object]] = []  # (owner, attribute, original, ours)
@@ -82,7 +86,36 @@ def activate() -> None:
             raise
     # Outside the lock: a worker forked here must find it free (it gives Triton back as it was).
     isolate.prestart()  # with every kernel isolated, its worker starts alongside the program
-    forked_compile.prestart()  # kernels decorated before activation reach no decoration hook
+    _prestart_compiling()
+
+
+def _prestart_compiling() -> None:
+    """``forked_compile.prestart`` now, unless a kernel with generated candidates decorated later
+    may fork the isolation worker: that fork would wait for those threads (they hold locks while
+    they work) on the decoration's path, where a program without isolation overlaps them with its
+    own work. Every decoration starts them, after its fork; so does torch's first use of CUDA here
+    (no fork is made after it), where torch is imported already. Kernels decorated before
+    activation reach no decoration hook: with any, now."""
+    if not forked_compile.wanted():
+        return
+    try:
+        forks_later = settings.value(isolate.ENV) is None and fork_checks.refusal_without_waiting() is None
+    except SettingError:  # said when tuning starts
+        forks_later = False
+    if not forks_later or _compat.tuners_made():
+        forked_compile.prestart()
+        return
+    lazy_call = getattr(getattr(sys.modules.get("torch"), "cuda", None), "_lazy_call", None)
+    if lazy_call is not None:
+        pid = os.getpid()
+
+        def on_cuda_init() -> None:  # runs inside torch's CUDA initialisation: never raises
+            with contextlib.suppress(Exception):
+                if os.getpid() == pid:  # not in a child forked before it (its own start-up is its own)
+                    forked_compile.prestart()
+
+        with contextlib.suppress(Exception):
+            lazy_call(on_cuda_init)
 
 
 def _prune_configs(wrapped, instance, args, kwargs):

@@ -4,7 +4,7 @@ plugin's own start-up threads (Triton's source hash, its driver module's build),
 without isolation overlaps with its own work (issue 36). Each side in a fresh process with empty
 caches, interleaved; not under the interpreter (nothing would be compiled, so nothing started).
 
-    python benchmarks/diagnostics/diag_decoration_wait.py [--reps 3]
+    python benchmarks/diagnostics/diag_decoration_wait.py [--reps 3] [--out results.json]
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ print(json.dumps({"decorate_s": time.perf_counter() - began,
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=3)
-    reps = parser.parse_args().reps
+    parser.add_argument("--out", help="also write what was found here, as JSON")
+    options = parser.parse_args()
+    reps = options.reps
     sides = {"isolated": {}, "unisolated": {"TRITON_DIST_AUTOTUNE_ISOLATE": "0"}}
     found: dict = {side: [] for side in sides}
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -53,6 +55,9 @@ def main() -> None:
                                      text=True, timeout=300)
                 found[side].append(json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0
                                    else {"error": out.stderr[-300:]})
+    if options.out:
+        with open(options.out, "w") as fh:
+            json.dump({"reps": reps, "sides": found}, fh, indent=1)
     for side, runs in found.items():
         times = ", ".join(f"{r['decorate_s']:.3f} s" if "decorate_s" in r else r["error"] for r in runs)
         print(f"{side:10s} decoration: {times}; worker: {sorted({str(r.get('worker')) for r in runs})}")

@@ -83,13 +83,18 @@ def prestart() -> None:
     touching the GPU: the hash of Triton's sources and compiled library (hundreds of MB; every
     compile's cache key needs it: 0.3-0.7 s), and the build of Triton's CUDA helper module (a C
     compile into Triton's cache, 0.5-0.8 s, on the first use of the driver; on a machine without
-    CUDA it fails at once, unseen). Not under the interpreter or in frozen mode (nothing
-    compiles there), nor in a ``multiprocessing`` child; once per process."""
-    if _early or _compat.interpret() or frozen.mode() or multiprocessing.parent_process():
+    CUDA it fails at once, unseen). Once per process, where ``wanted``."""
+    if not wanted():
         return
     for name, step in (("tdp-triton-key", triton_key), ("tdp-cuda-utils", _cuda_utils)):
         _early.append(threading.Thread(target=_quietly, args=(step,), name=name, daemon=True))
         _early[-1].start()
+
+
+def wanted() -> bool:
+    """Whether ``prestart`` would start anything: not yet started, not under the interpreter or in
+    frozen mode (nothing compiles there), nor in a ``multiprocessing`` child."""
+    return not (_early or _compat.interpret() or frozen.mode() or multiprocessing.parent_process())
 
 
 def prestarted(timeout: Optional[float] = None) -> None:
