@@ -11,17 +11,20 @@ each step a fresh process:
    the nearest key's own pick is computed with the plugin's distance (``store.keys.nearest``);
 3. ``tuned``: the held-out shapes tuned in an empty cache (the plugin's defaults): the reference a
    run-time tuning would give;
-4. ``judge``: at each held-out shape, every config of the space (or, where it has more than 64,
-   every config some side chose) launched in turn by setting the tuner's cache, timed by CUPTI
-   (L2 flushed), round-robin over several passes; on the CPU (``--cpu``, the interpreter) by the
-   wall clock, which checks the pipeline and nothing of the numbers.
+4. ``judge``: at each held-out shape and each shape of the grid, every config of the space (or,
+   where it has more than 64, every config some side chose) launched in turn by setting the tuner's
+   cache, timed by CUPTI (L2 flushed), round-robin over several passes; on the CPU (``--cpu``, the
+   interpreter) by the wall clock, which checks the pipeline and nothing of the numbers.
 
 The regret of a side at a shape is its config's time over the best time judged there, less 1;
-the table gives each side's geomean and worst over the held-out shapes, per kernel. Kernels: the
-fp16 matmul of ``kernels/`` (its 48-config hand space over M x N x K) and, where installed,
-Liger-Kernel's DyT forward (18 configs, key N). Results: ``results/table_regret_<h200|cpu>.json``.
+the table gives each side's geomean and worst over the held-out shapes, per kernel, and the cover
+set's over the grid it was chosen from (``cover_grid``). The grid's full measurements from the
+pretuning are kept too (``grid_ms``), so that ``replay_tables.py`` can try a predictor on the same
+data without a GPU. Kernels: the fp16 matmul of ``kernels/`` (its 48-config hand space over
+M x N x K) and, where installed, Liger-Kernel's DyT forward (18 configs, key N) and fla's l2norm
+forward for long rows (6 configs, key D). Results: ``results/table_regret_<h200|cpu>.json``.
 
-    python benchmarks/bench_table_regret.py [--cases matmul,liger_dyt] [--passes 5] [--cpu]
+    python benchmarks/bench_table_regret.py [--cases matmul,liger_dyt,fla_l2norm] [--passes 5] [--cpu]
 """
 
 from __future__ import annotations
@@ -46,9 +49,11 @@ GRIDS = {  # name: (grid, held out), GPU sizes; --cpu takes the small ones
     "matmul": ([(m, n, k) for m in (256, 1024, 4096) for n in (1024, 4096) for k in (1024, 4096)],
                [(512, 2048, 2048), (2048, 1024, 4096), (2048, 4096, 2048), (768, 3072, 3072), (8192, 4096, 4096)]),
     "liger_dyt": ([(n,) for n in (1024, 2048, 4096, 8192, 16384)], [(n,) for n in (1536, 3072, 6144, 12288, 32768)]),
+    "fla_l2norm": ([(d,) for d in (1024, 2048, 4096, 8192, 16384)], [(d,) for d in (768, 1536, 3072, 6144, 12288, 24576)]),
 }
 CPU_GRIDS = {
     "matmul": ([(m, n, 64) for m in (16, 64) for n in (16, 64)], [(32, 32, 64), (48, 16, 64), (128, 64, 64)]),
+    "fla_l2norm": ([(d,) for d in (1024, 4096)], [(2048,)]),
 }
 COVER_K = 4
 JUDGE_ALL = 64  # judge every config of a space this small
@@ -76,6 +81,12 @@ def _case(name: str, shape: tuple, gpu: bool):
         x = torch.randn(4096, n, device=device, dtype=torch.bfloat16)
         alpha, gamma, beta = (torch.randn(s, device=device, dtype=torch.bfloat16) for s in (1, n, n))
         return (lambda: dyt.liger_dyt_fwd(x, alpha, gamma, beta)), dyt._dyt_fwd_kernel
+    if name == "fla_l2norm":  # rows longer than 512: one program per row, its warps tuned per D
+        from fla.modules.norm.l2norm import l2norm_fwd, l2norm_fwd_kernel_row
+
+        (d,) = shape
+        x = torch.randn(8192 if gpu else 4, d, device=device, dtype=torch.bfloat16)
+        return (lambda: l2norm_fwd(x)), l2norm_fwd_kernel_row
     raise SystemExit(f"no case {name!r}")
 
 
@@ -130,11 +141,18 @@ def child_picks() -> dict:
     if os.environ.get("TDP_COVER"):  # the cover set, from the grid's full measurements on disk
         from triton_dist_plugin.cli import cover
         from triton_dist_plugin.cli.entries import Reader
+        from triton_dist_plugin.store import predict
 
         kernel = _TUNERS.get(name) or _case(name, shapes[0], gpu)[1]
         fn_name = getattr(getattr(kernel, "fn", None), "__name__", None)
         entries = [e for e in Reader().entries(functions=False) if e.name == fn_name]
-        out["cover"] = cover.choose(cover.grid(entries), COVER_K)
+        out["grid_ms"] = cover.grid(entries)
+        # What frozen mode reads of each entry (``persist.frozen_pick``), for ``replay_tables.py``.
+        out["grid_entries"] = [{"key": e.key, "pick": e.pick, "measured": predict.measured(e.record),
+                                "failed": sorted(c["config"] for c in e.record["candidates"] if c.get("failure"))}
+                               for e in entries]
+        out["order"] = [_described(c) for c in kernel.configs]
+        out["cover"] = cover.choose(out["grid_ms"], COVER_K)
     return out
 
 
@@ -191,7 +209,7 @@ def measure(name: str, grid: list, held: list, cpu: bool, passes: int) -> dict:
     try:
         table = str(work / "table")
         pre = _run(name, "picks", grid, {"TRITON_DIST_AUTOTUNE_SEARCH": "exhaustive", "TDP_COVER": "1"}, table, cpu)
-        cover = pre.pop("cover")
+        cover, grid_ms, grid_entries, order = (pre.pop(k) for k in ("cover", "grid_ms", "grid_entries", "order"))
         frozen_dir = str(work / "frozen")
         shutil.copytree(table, frozen_dir)
         frozen = _run(name, "picks", held, {"TRITON_DIST_AUTOTUNE_FROZEN": "nearest"}, frozen_dir, cpu)
@@ -208,18 +226,27 @@ def measure(name: str, grid: list, held: list, cpu: bool, passes: int) -> dict:
         wanted = sorted({c for s in sides.values() for c in s.values() if c} | set(cover))
         judge_dir = str(work / "judge")
         shutil.copytree(table, judge_dir)
-        judged = _run(name, "judge", held, {"TRITON_DIST_AUTOTUNE_FROZEN": "nearest", "TDP_CONFIGS": json.dumps(
+        wanted += sorted({v["config"] for v in pre.values() if v["config"]} - set(wanted))
+        judged = _run(name, "judge", held + grid, {"TRITON_DIST_AUTOTUNE_FROZEN": "nearest", "TDP_CONFIGS": json.dumps(
             wanted), "TDP_PASSES": str(passes)}, judge_dir, cpu, timeout=900)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    on_grid = {shape: judged.pop(shape) for shape in map(json.dumps, grid)}
     regrets: dict = {side: {} for side in ("tuned", "predicted", "nearest", "cover")}
     for shape, times in judged.items():
         best = min(times.values())
         for side in ("tuned", "predicted", "nearest"):
             regrets[side][shape] = times.get(sides[shape][side], math.inf) / best - 1
         regrets["cover"][shape] = min(times.get(c, math.inf) for c in cover) / best - 1
+    # The cover over the grid it was chosen from, and the grid's own picks, judged alike.
+    regrets["cover_grid"] = {shape: min(times.get(c, math.inf) for c in cover) / min(times.values()) - 1
+                             for shape, times in on_grid.items()}
+    regrets["grid_picks"] = {shape: times.get(pre[shape]["config"], math.inf) / min(times.values()) - 1
+                             for shape, times in on_grid.items()}
     return {"grid": grid, "held_out": held, "cover": cover, "picks": sides, "frozen_source": sources,
-            "judged_ms": judged, "regret": regrets,
+            "judged_ms": judged, "judged_grid_ms": on_grid, "grid_ms": grid_ms, "grid_entries": grid_entries,
+            "order": order, "held_keys": {shape: frozen[shape]["key"] for shape in map(json.dumps, held)},
+            "regret": regrets,
             "tuned_first_call_s": {s: v["first_call_s"] for s, v in tuned.items()}}
 
 
@@ -234,7 +261,7 @@ def main() -> None:
     from _common import save_results
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--cases", default="matmul,liger_dyt")
+    parser.add_argument("--cases", default="matmul,liger_dyt,fla_l2norm")
     parser.add_argument("--passes", type=int, default=5)
     parser.add_argument("--cpu", action="store_true", help="small shapes under the interpreter (the pipeline only)")
     options = parser.parse_args()
@@ -246,14 +273,16 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001 - one kernel (a library not installed) never stops the rest
             results[name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
     save_results(f"table_regret_{'cpu' if options.cpu else 'h200'}.json", results)
-    print(f"{'kernel':10s} {'side':10s} {'geomean regret':>15s} {'worst':>8s}   (held-out shapes; cover k={COVER_K})")
+    print(f"{'kernel':10s} {'side':10s} {'geomean regret':>15s} {'mean':>8s} {'worst':>8s}   (held-out shapes; "
+          f"cover k={COVER_K}; cover_grid and grid_picks: over the grid)")
     for name, r in results.items():
         if "error" in r:
             print(f"{name:10s} ERROR {r['error']}")
             continue
         for side, by_shape in r["regret"].items():
             values = list(by_shape.values())
-            print(f"{name:10s} {side:10s} {_geomean_regret(values):14.1%} {max(values):8.1%}")
+            print(f"{name:10s} {side:10s} {_geomean_regret(values):14.1%} {statistics.fmean(values):8.1%} "
+                  f"{max(values):8.1%}")
 
 
 if __name__ == "__main__":
