@@ -70,4 +70,6 @@ __all__ = [
 ]
 
 if not settings.value(DISABLE_ENV) and not is_active():
-    activate()
+    from .activation import activate_at_import  # noqa: E402
+
+    activate_at_import()

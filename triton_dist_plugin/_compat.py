@@ -16,7 +16,7 @@ import os
 import re
 import sys
 
-#: Whether Triton was imported before the plugin: only then can a kernel have been decorated before it.
+#: Whether Triton was imported before the plugin: else no kernel can be decorated before its import.
 TRITON_FIRST = "triton" in sys.modules
 
 try:
@@ -148,12 +148,14 @@ def _upstream_failed_config() -> tuple[type[BaseException], ...]:
 UPSTREAM_FAILED_CONFIG = _upstream_failed_config()
 
 
-def tuners_made() -> bool:
+def tuners_made(since_import: bool = False) -> bool:
     """Whether an autotuned kernel (an instance of ``Autotuner`` or a subclass) exists in this
-    process, found through the reference every instance holds to its class: nothing of theirs runs."""
+    process, found through the reference every instance holds to its class: nothing of theirs runs.
+    ``since_import``: asked as the package's import ends, when none can exist unless Triton was
+    imported before it."""
     import gc
 
-    if not TRITON_FIRST:
+    if since_import and not TRITON_FIRST:
         return False
     classes, todo = [], [Autotuner]
     while todo:

@@ -55,6 +55,16 @@ def activate() -> None:
 
     Idempotent: activating twice warns and does nothing more.
     """
+    _activate(at_import=False)
+
+
+def activate_at_import() -> None:
+    """What ``import triton_dist_plugin`` runs: ``activate``, knowing that no user code has run
+    since the package imported Triton, if it did (then no kernel can have been decorated yet)."""
+    _activate(at_import=True)
+
+
+def _activate(at_import: bool) -> None:
     with _lock:
         if _installed:
             warnings.warn("triton_dist_plugin is already active", stacklevel=2)
@@ -86,23 +96,25 @@ def activate() -> None:
             raise
     # Outside the lock: a worker forked here must find it free (it gives Triton back as it was).
     isolate.prestart()  # with every kernel isolated, its worker starts alongside the program
-    _prestart_compiling()
+    _prestart_compiling(at_import)
 
 
-def _prestart_compiling() -> None:
+def _prestart_compiling(at_import: bool) -> None:
     """``forked_compile.prestart`` now, unless a kernel with generated candidates decorated later
     may fork the isolation worker: that fork would wait for those threads (they hold locks while
     they work) on the decoration's path, where a program without isolation overlaps them with its
     own work. Every decoration starts them, after its fork; so does torch's first use of CUDA here
     (no fork is made after it), where torch is imported already. Kernels decorated before
-    activation reach no decoration hook: with any, now."""
+    activation reach no decoration hook: with any, now. Never deferred on an NPU host, where no
+    fork is made once ``torch_npu`` is imported."""
     if not forked_compile.wanted():
         return
     try:
-        forks_later = settings.value(isolate.ENV) is None and fork_checks.refusal_without_waiting() is None
+        forks_later = not _compat.IS_ASCEND and settings.value(isolate.ENV) is None and \
+            fork_checks.lasting_refusal() is None
     except SettingError:  # said when tuning starts
         forks_later = False
-    if not forks_later or _compat.tuners_made():
+    if not forks_later or _compat.tuners_made(since_import=at_import):
         forked_compile.prestart()
         return
     lazy_call = getattr(getattr(sys.modules.get("torch"), "cuda", None), "_lazy_call", None)

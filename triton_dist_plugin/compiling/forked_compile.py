@@ -31,6 +31,7 @@ GAVE_UP = "gave up compiling it: {:.0f}s, and the rest of its step took {:.2f}s 
 _job: Optional[tuple] = None
 _fork_lock = threading.Lock()
 _early: list[threading.Thread] = []  # ``prestart``'s threads
+_early_lock = threading.Lock()
 
 
 def workers(env: str, share: int = 1) -> int:
@@ -77,18 +78,19 @@ def _prime(jit: Any, backend: Any) -> None:
 
 
 def prestart() -> None:
-    """Start, in threads of this process, at activation or as soon as a kernel is decorated
-    (whichever comes first), the two slow things
-    a first tuning would otherwise wait for, both memoised by Triton per process and neither
-    touching the GPU: the hash of Triton's sources and compiled library (hundreds of MB; every
-    compile's cache key needs it: 0.3-0.7 s), and the build of Triton's CUDA helper module (a C
-    compile into Triton's cache, 0.5-0.8 s, on the first use of the driver; on a machine without
-    CUDA it fails at once, unseen). Once per process, where ``wanted``."""
-    if not wanted():
-        return
-    for name, step in (("tdp-triton-key", triton_key), ("tdp-cuda-utils", _cuda_utils)):
-        _early.append(threading.Thread(target=_quietly, args=(step,), name=name, daemon=True))
-        _early[-1].start()
+    """Start, in threads of this process, the two slow things a first tuning would otherwise wait
+    for, both memoised by Triton per process and neither touching the GPU: the hash of Triton's
+    sources and compiled library (hundreds of MB; every compile's cache key needs it: 0.3-0.7 s),
+    and the build of Triton's CUDA helper module (a C compile into Triton's cache, 0.5-0.8 s, on
+    the first use of the driver; on a machine without CUDA it fails at once, unseen). Called at
+    activation (or later: ``activation._prestart_compiling`` says when) and at each decoration;
+    once per process, where ``wanted``."""
+    with _early_lock:  # torch's CUDA start may call it from another thread
+        if not wanted():
+            return
+        for name, step in (("tdp-triton-key", triton_key), ("tdp-cuda-utils", _cuda_utils)):
+            _early.append(threading.Thread(target=_quietly, args=(step,), name=name, daemon=True))
+            _early[-1].start()
 
 
 def wanted() -> bool:

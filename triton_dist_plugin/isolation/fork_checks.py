@@ -44,10 +44,9 @@ def refusal() -> Optional[str]:
 def refusal_without_waiting() -> Optional[str]:
     """What ``refusal`` finds before it waits on any thread: None when a fork may be made, once the
     plugin's own start-up threads are done."""
-    if not settings.value(FORK_ENV):
-        return f"{FORK_ENV}=0"
-    if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
-        return "forks only on Linux"
+    lasting = lasting_refusal()
+    if lasting:
+        return lasting
     if threading.current_thread() is not threading.main_thread():
         return "started from a thread other than the main one"
     importing = next((name for name, module in list(sys.modules.items())
@@ -55,6 +54,16 @@ def refusal_without_waiting() -> Optional[str]:
                       and not (name == "triton_dist_plugin" or name.startswith("triton_dist_plugin."))), None)
     if importing is not None:  # the child would have it half run, and running it again repeats what it did
         return f"a module is being imported ({importing})"
+    return None
+
+
+def lasting_refusal() -> Optional[str]:
+    """Why no fork can be made now or later (the setting, the platform, this process's memory, a
+    GPU driver in use), leaving out what holds only for the moment (a thread, an import)."""
+    if not settings.value(FORK_ENV):
+        return f"{FORK_ENV}=0"
+    if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
+        return "forks only on Linux"
     return _large_heap() or _device_in_use()
 
 
