@@ -153,8 +153,20 @@ def child_picks() -> dict:
                                 "failed": sorted(c["config"] for c in e.record["candidates"] if c.get("failure"))}
                                for e in entries]
         out["order"] = [_described(c) for c in kernel.configs]
+        out["fill_model"] = _fill_model(kernel)
         out["cover"] = cover.choose(out["grid_ms"], COVER_K)
     return out
+
+
+def _fill_model(kernel) -> dict:
+    """What ``replay_tables.py`` counts each config's programs at a key by, as frozen mode does
+    (``patched/machine_fill``): the blocks placed per program and the arguments they tile (those
+    the key holds), and the machine's cores."""
+    from triton_dist_plugin.patched import machine_fill
+    from triton_dist_plugin.tiling import hardware
+
+    names = list(kernel.keys.values()) if isinstance(kernel.keys, dict) else list(kernel.keys)
+    return {"key_names": names, "tiles": machine_fill.program_tiles(kernel), "cores": hardware.current().cores}
 
 
 def child_judge() -> dict:
@@ -210,7 +222,8 @@ def measure(name: str, grid: list, held: list, cpu: bool, passes: int) -> dict:
     try:
         table = str(work / "table")
         pre = _run(name, "picks", grid, {"TRITON_DIST_AUTOTUNE_SEARCH": "exhaustive", "TDP_COVER": "1"}, table, cpu)
-        cover, grid_ms, grid_entries, order = (pre.pop(k) for k in ("cover", "grid_ms", "grid_entries", "order"))
+        cover, grid_ms, grid_entries, order, fill_model = (
+            pre.pop(k) for k in ("cover", "grid_ms", "grid_entries", "order", "fill_model"))
         frozen_dir = str(work / "frozen")
         shutil.copytree(table, frozen_dir)
         frozen = _run(name, "picks", held, {"TRITON_DIST_AUTOTUNE_FROZEN": "nearest"}, frozen_dir, cpu)
@@ -246,8 +259,8 @@ def measure(name: str, grid: list, held: list, cpu: bool, passes: int) -> dict:
                              for shape, times in on_grid.items()}
     return {"grid": grid, "held_out": held, "cover": cover, "picks": sides, "frozen_source": sources,
             "judged_ms": judged, "judged_grid_ms": on_grid, "grid_ms": grid_ms, "grid_entries": grid_entries,
-            "order": order, "held_keys": {shape: frozen[shape]["key"] for shape in map(json.dumps, held)},
-            "regret": regrets,
+            "order": order, "fill_model": fill_model,
+            "held_keys": {shape: frozen[shape]["key"] for shape in map(json.dumps, held)}, "regret": regrets,
             "tuned_first_call_s": {s: v["first_call_s"] for s, v in tuned.items()}}
 
 

@@ -18,7 +18,7 @@ from ..isolation import isolate, isolate_source
 from ..reporting import report
 from ..search import strategy as search
 from ..store import cache, describe, keys, persist
-from . import accuracy
+from . import accuracy, machine_fill
 from .accuracy import accuracy_check_enabled
 from .benchmarker import screen_for, user_do_bench
 from .candidates import call_hooks, compile_all, make_call_factory, split_launch
@@ -95,7 +95,9 @@ class KernelJob(job.Job):
 
     def frozen_miss(self) -> Any:
         instance, state, key, configs = self.instance, self.state, self.key, self.configs
-        near = self.store.frozen_pick(key, configs) if self.store is not None else None  # from the index: no scan
+        fill = machine_fill.for_launch(instance, state.keys, self.named, self.request.grid) \
+            if self.store is not None else None
+        near = self.store.frozen_pick(key, configs, fill) if self.store is not None else None  # from the index
         # Keys tuned in this process, not those given a substitute in frozen mode (no chain of guesses).
         tuned = {**({near[0]: near[1]} if near is not None else {}),
                  **{k: c for k, c in instance.cache.items() if k not in state.substituted}}

@@ -118,7 +118,7 @@ def cost(problem: Problem, features: dict) -> float:
             per_program *= 1.25
         occupancy = max(1, min(problem.onchip // max(1, smem), WARPS_PER_CORE // warps,
                                REGISTERS // max(1, threads * (max(regs, 32) + 32))))
-        return per_program / _wave_fill(programs, problem.cores, occupancy)
+        return per_program / wave_fill(programs, problem.cores, occupancy)
     if not blocks:
         return math.nan  # nothing placed: the model has no opinion
     elems = math.prod({**problem.fixed, **blocks}.values())  # what one program holds per step
@@ -137,7 +137,7 @@ def cost(problem: Problem, features: dict) -> float:
     return work / (in_flight * tail)
 
 
-def _wave_fill(programs: float, cores: int, occupancy: int) -> float:
+def wave_fill(programs: float, cores: int, occupancy: int) -> float:
     """The share of the machine the programs keep busy: a last, partial wave idles the rest."""
     if programs <= 1:
         return 1.0 / max(1, cores)  # one program: a single core works

@@ -208,11 +208,12 @@ class KernelStore(cache.EntryStore):
                 return stored, described[record["pick_config"]]
         return None
 
-    def frozen_pick(self, key: Any, configs: list) -> Optional[tuple[Any, Any, bool]]:
-        """``(stored key, config, weighted)`` for frozen mode's nearest: from the stored keys nearest
+    def frozen_pick(self, key: Any, configs: list, fill: Any = None) -> Optional[tuple[Any, Any, bool]]:
+        """``(stored key, config, trusted)`` for frozen mode's nearest: from the stored keys nearest
         ``key`` whose picks are still among ``configs``, the config ``predict.choose`` gives (the
-        nearest key's pick, or where the data trusts it the one good across them: ``weighted``),
-        with the nearest of those keys; None if there is none."""
+        nearest key's pick, or where the data trusts it the one good across them: ``trusted``),
+        with the nearest of those keys; None if there is none. ``fill(key, config)``: how much of
+        the machine a config's programs keep busy at a key (``patched/machine_fill``), if known."""
         described = {describe.describe(c): c for c in configs}
         neighbours, failed = [], set()
         for stored, record in self._nearest(key, {index.pick_digest(d) for d in described}, reuse=True):
@@ -225,7 +226,8 @@ class KernelStore(cache.EntryStore):
             return None
         # The same order whatever order the index gave them in; a config that failed at any never chosen.
         neighbours.sort(key=lambda n: (keys.distance(key, n[0]), repr(n[0])))
-        pick, trusted = predict.choose(key, neighbours, [d for d in described if d not in failed])
+        by_name = None if fill is None else (lambda at, name: fill(at, described[name]))
+        pick, trusted = predict.choose(key, neighbours, [d for d in described if d not in failed], by_name)
         nearest = neighbours[0]
         return nearest[0], described[pick if pick in described else nearest[2]], trusted
 

@@ -4,18 +4,23 @@ The nearest tuned key's pick is right where the best config changes slowly with 
 the neighbours disagree, a config good at all of them is often better: ``weighted`` takes the one
 with the lowest slowdown (its full measurement over that key's best) averaged over the
 neighbours, each weighed by its closeness (``keys.distance``), among the configs measured fully
-at more than half of them. It is used only where the data says so (``choose``): each neighbour in
-turn is held out and predicted from the others both ways, and the weighted pick must lose less
-there, on average, than the nearest key's pick, by more than ``MARGIN``; otherwise the nearest
-key's pick stands, as before. Ties go to the first in the given order, so every process and rank
-that reads the same entries launches the same config.
+at more than half of them. Where the launch says how many programs each config starts at a key
+(``fill``), ``filled`` first carries each slowdown to the key asked for: a config whose programs
+fill the machine's last wave at a neighbour but leave most of it idle at the key asked for (or
+the reverse) is slower (faster) there by that much. A rule other than the nearest key's pick is
+used only where the data says so (``choose``): each neighbour in turn is held out and predicted
+from the others by every rule, and the rule that lost least there, on average, must lose less
+than the nearest key's pick by more than ``MARGIN``; otherwise the nearest key's pick stands.
+Ties go to the first in the given order, so every process and rank that reads the same entries
+launches the same config.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from . import keys
 
@@ -37,28 +42,62 @@ def weighted(target: Any, neighbours: list, order: list) -> Optional[str]:
     return min(scores, key=lambda c: (scores[c], order.index(c))) if scores else None
 
 
+def filled(target: Any, neighbours: list, order: list, fill: Callable[[Any, str], Optional[float]]) -> Optional[str]:
+    """As ``weighted``, in log space, with each neighbour's slowdown carried to ``target`` by the
+    share of the machine the config's programs keep busy at both keys (``fill(key, config)``: in
+    (0, 1], None where unknown, and then that neighbour's slowdown is taken as it is)."""
+    scores = {}
+    for config in order:
+        at_target = fill(target, config)
+        parts = []
+        for key, times, _ in neighbours:
+            if config in times:
+                there = fill(key, config)
+                shift = math.log(there / at_target) if at_target and there else 0.0
+                parts.append((1.0 / (keys.distance(target, key) + 1e-3),
+                              math.log(times[config] / min(times.values())) + shift))
+        weights = math.fsum(w for w, _ in parts)
+        if 2 * len(parts) > len(neighbours) and weights > 0:
+            scores[config] = math.fsum(w * s for w, s in parts) / weights
+    return min(scores, key=lambda c: (scores[c], order.index(c))) if scores else None
+
+
+def _informs(fill: Any, target: Any, neighbours: list, order: list) -> bool:
+    """Whether ``fill`` knows anything at ``target`` and at a neighbour: else ``filled`` would only
+    be another average of the same slowdowns, and the rules stay as they were without it."""
+    return fill is not None and any(fill(target, c) is not None for c in order) and \
+        any(fill(key, c) is not None for key, _, _ in neighbours for c in order)
+
+
 def _nearest(target: Any, neighbours: list) -> Optional[str]:
     found = min(neighbours, key=lambda n: (keys.distance(target, n[0]), repr(n[0])), default=None)
     return found[2] if found is not None else None
 
 
-def choose(target: Any, neighbours: list, order: list) -> tuple[Optional[str], bool]:
-    """``(config, weighted)``: the pick for ``target`` from ``neighbours`` (nearest first), and
-    whether it is the weighted one (the held-out check trusted it) rather than the nearest key's."""
+def choose(target: Any, neighbours: list, order: list,
+           fill: Optional[Callable[[Any, str], Optional[float]]] = None) -> tuple[Optional[str], bool]:
+    """``(config, trusted)``: the pick for ``target`` from ``neighbours`` (nearest first), and
+    whether it is another rule's (the held-out check trusted it) rather than the nearest key's."""
     nearest = _nearest(target, neighbours)
     if len(neighbours) < LEAST:
         return nearest, False
-    lost_weighted, lost_nearest = [], []
+    rules: list = [weighted] + ([functools.partial(filled, fill=fill)] if _informs(fill, target, neighbours, order)
+                                else [])
+    lost: list = [[] for _ in range(len(rules) + 1)]  # the nearest key's pick last
     for i, (key, times, _) in enumerate(neighbours):
         others = neighbours[:i] + neighbours[i + 1:]
-        guess, near = weighted(key, others, order), _nearest(key, others)
-        if guess in times and near in times:
+        guesses = [rule(key, others, order) for rule in rules] + [_nearest(key, others)]
+        if all(guess in times for guess in guesses):
             best = min(times.values())
-            lost_weighted.append(times[guess] / best)
-            lost_nearest.append(times[near] / best)
-    if len(lost_weighted) < 2 or not statistics.fmean(lost_weighted) < statistics.fmean(lost_nearest) - MARGIN:
+            for losses, guess in zip(lost, guesses):
+                losses.append(times[guess] / best)
+    if len(lost[-1]) < 2:
         return nearest, False
-    guess = weighted(target, neighbours, order)
+    means = [statistics.fmean(losses) for losses in lost]
+    chosen = min(range(len(rules)), key=lambda r: (means[r], r))
+    if not means[chosen] < means[-1] - MARGIN:
+        return nearest, False
+    guess = rules[chosen](target, neighbours, order)
     return (guess, True) if guess is not None else (nearest, False)
 
 
