@@ -21,7 +21,11 @@ Kernels (each keyed on its shape arguments, so every shape is a key of its own):
   ``BLOCK_N`` columns per step (128-2048) x ``num_warps`` 2, 4, 8 (90), fp16 16384x4096 and 1024x65536;
 - ``transpose``: ``y = x.T`` with 2-D program tiles, ``BLOCK_M`` x ``BLOCK_N`` 16-128 x ``num_warps``
   2, 4, 8 (48), fp16 8192x8192 and 16384x2048;
-- ``matmul_large``: the 1,152-config space of ``_search.large_space`` at 4096^3.
+- ``matmul_large``: the 1,152-config space of ``_search.large_space`` at 4096^3;
+- ``fla_l2norm``: fla's own autotuned L2-norm forward for rows longer than 512 (one program per
+  row, ``num_warps`` 1-32: its 6 configs, key ``D``), bf16 8192x4096 and 32768x1024. A library's
+  kernel: its cases are left out of ``cases()`` unless it is named, and building one needs the
+  library installed (``fla-core``).
 
 The kernels below are plain functions at module level (their sources are what ``inspect.getsource``
 and the plugin's source analysis read); ``triton.jit`` is applied when a kernel is first built, so
@@ -235,6 +239,23 @@ def ref_transpose(x):
     return x.t().contiguous()
 
 
+def launch_l2norm(kernel, x, **meta):  # as fla's ``l2norm_fwd`` launches it for rows longer than 512
+    import torch
+
+    triton = _triton()
+    rows, d = x.shape
+    y, rstd = torch.empty_like(x), torch.empty(rows, dtype=torch.float32, device=x.device)
+    kernel[(rows,)](x=x, y=y, rstd=rstd, eps=1e-6, D=d, BD=triton.next_power_of_2(d), **meta)
+    return y
+
+
+def ref_l2norm(x):
+    import torch
+
+    xf = x.float()
+    return (xf / torch.sqrt((xf * xf).sum(-1, keepdim=True) + 1e-6)).to(x.dtype)
+
+
 # ------------------------------------------------------------------------------------------------
 # config spaces
 # ------------------------------------------------------------------------------------------------
@@ -280,6 +301,20 @@ def space_rowsum() -> list:
             for m, n, w in itertools.product((1, 2, 4, 8, 16, 32), (128, 256, 512, 1024, 2048), (2, 4, 8))]
 
 
+_FLA_L2NORM = "fla.modules.norm.l2norm:l2norm_fwd_kernel_row"
+
+
+def space_fla_l2norm() -> list:
+    return list(_library_object(_FLA_L2NORM).configs)  # the library's own configs, as it tunes them
+
+
+def _library_object(ref: str) -> Any:
+    import importlib
+
+    module, name = ref.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def space_transpose() -> list:
     import triton
 
@@ -304,15 +339,19 @@ class Kernel:
     shapes: tuple  # (label, dims, dtype), on a GPU
     tiny: tuple  # the same number of shapes, interpreter-sized (no dims a multiple of the blocks)
     tol: tuple = (1e-2, 1e-2)  # rtol, atol of ``check``
+    library: str = ""  # the distribution a library's kernel comes from: its cases only where named
 
     def jit(self):
-        """The plain ``@triton.jit`` kernel (decorated once per process)."""
+        """The plain ``@triton.jit`` kernel (decorated once per process; a library's autotuned
+        kernel, the ``@triton.jit`` function under its tuner)."""
         triton = _triton()
         if isinstance(self.fn, str):
-            import importlib
+            from triton.runtime.autotuner import Autotuner, Heuristics
 
-            module, name = self.fn.split(":")
-            return getattr(importlib.import_module(module), name)
+            found = _library_object(self.fn)
+            while isinstance(found, (Autotuner, Heuristics)):  # a library's tuner: the kernel under it
+                found = found.fn
+            return found
         if self.fn.__name__ not in _JITS:
             _JITS[self.fn.__name__] = triton.jit(self.fn)
         return _JITS[self.fn.__name__]
@@ -346,6 +385,10 @@ KERNELS: dict = {k.name: k for k in (
            (("40x72", (40, 72), "fp16"), ("130x20", (130, 20), "fp16")), tol=(0.0, 0.0)),
     Kernel("matmul_large", _MATMUL, space_matmul_large, ("M", "N", "K"), launch_matmul, inputs_matmul, ref_matmul,
            (_MATMUL_SHAPES[0],), (("64x64x64", (64, 64, 64), "fp32"),), tol=(1e-2, 0.25)),
+    Kernel("fla_l2norm", _FLA_L2NORM, space_fla_l2norm, ("D",), launch_l2norm, inputs_rows, ref_l2norm,
+           (("8192x4096 bf16", (8192, 4096), "bf16"), ("32768x1024 bf16", (32768, 1024), "bf16")),
+           (("6x700 fp32", (6, 700), "fp32"), ("3x1300 fp32", (3, 1300), "fp32")), tol=(2e-2, 1e-2),
+           library="fla-core"),
 )}
 
 _JITS: dict = {}  # kernel function name -> its triton.jit
@@ -455,12 +498,13 @@ class Case:
         return Built(self, tuned, tuned.configs, name, inputs, lambda: spec.launch(tuned, *inputs))
 
 
-def cases(tiny: Optional[bool] = None, kernels: Optional[list] = None) -> list:
-    """Every case of the suite (of ``kernels`` only, if given), in order."""
+def cases(tiny: Optional[bool] = None, kernels: Optional[list] = None, libraries: bool = False) -> list:
+    """Every case of the suite (of ``kernels`` only, if given), in order; a library's kernels only
+    where named or ``libraries``."""
     tiny = tiny_default() if tiny is None else tiny
     found = []
     for spec in KERNELS.values():
-        if kernels is not None and spec.name not in kernels:
+        if (kernels is not None and spec.name not in kernels) or (kernels is None and spec.library and not libraries):
             continue
         for position, (label, dims, dtype) in enumerate(spec.tiny if tiny else spec.shapes):
             found.append(Case(spec.name, position, label, tuple(dims), dtype, tiny))
@@ -470,8 +514,8 @@ def cases(tiny: Optional[bool] = None, kernels: Optional[list] = None) -> list:
 def select(spec: str, tiny: Optional[bool] = None) -> list:
     """Cases by comma-separated kernel names (every shape) or case names (``add/2^20``); in tiny mode a
     case name picks the tiny shape at the same position."""
-    every = cases(tiny=False)
-    small = cases(tiny=True)
+    every = cases(tiny=False, libraries=True)
+    small = cases(tiny=True, libraries=True)
     tiny = tiny_default() if tiny is None else tiny
     chosen: list = []
     for item in (s.strip() for s in spec.split(",")):
