@@ -70,6 +70,7 @@ __all__ = [
 ]
 
 if not settings.value(DISABLE_ENV) and not is_active():
-    from .activation import activate_at_import  # noqa: E402
+    from . import activation as _activation  # noqa: E402
 
-    activate_at_import()
+    _activation.activate_at_import()
+    del _activation
