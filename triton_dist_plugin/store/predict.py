@@ -32,31 +32,30 @@ MOST = 5  # neighbours read at most (the nearest): a miss reads a few entries, n
 def weighted(target: Any, neighbours: list, order: list) -> Optional[str]:
     """The config (of ``order``) with the lowest closeness-weighted slowdown over ``neighbours``
     (``[(key, {config: ms}, pick)]``), or None where none was measured at more than half of them."""
-    scores = {}
-    for config in order:
-        parts = [(1.0 / (keys.distance(target, key) + 1e-3), times[config] / min(times.values()))
-                 for key, times, _ in neighbours if config in times]
-        weights = math.fsum(w for w, _ in parts)  # exact sums: the same score in any order of the neighbours
-        if 2 * len(parts) > len(neighbours) and weights > 0:
-            scores[config] = math.fsum(w * s for w, s in parts) / weights
-    return min(scores, key=lambda c: (scores[c], order.index(c))) if scores else None
+    return _lowest(target, neighbours, order, lambda config, key, times: times[config] / min(times.values()))
 
 
 def filled(target: Any, neighbours: list, order: list, fill: Callable[[Any, str], Optional[float]]) -> Optional[str]:
     """As ``weighted``, in log space, with each neighbour's slowdown carried to ``target`` by the
     share of the machine the config's programs keep busy at both keys (``fill(key, config)``: in
     (0, 1], None where unknown, and then that neighbour's slowdown is taken as it is)."""
+    def carried(config: str, key: Any, times: dict) -> float:
+        at_target, there = fill(target, config), fill(key, config)
+        shift = math.log(there / at_target) if at_target and there else 0.0
+        return math.log(times[config] / min(times.values())) + shift
+
+    return _lowest(target, neighbours, order, carried)
+
+
+def _lowest(target: Any, neighbours: list, order: list, score: Callable[[str, Any, dict], float]) -> Optional[str]:
+    """The config of ``order`` with the lowest ``score(config, key, times)`` averaged over the
+    neighbours that measured it, each weighed by its closeness to ``target``; only configs measured
+    at more than half of them; ties to the first in ``order``."""
     scores = {}
     for config in order:
-        at_target = fill(target, config)
-        parts = []
-        for key, times, _ in neighbours:
-            if config in times:
-                there = fill(key, config)
-                shift = math.log(there / at_target) if at_target and there else 0.0
-                parts.append((1.0 / (keys.distance(target, key) + 1e-3),
-                              math.log(times[config] / min(times.values())) + shift))
-        weights = math.fsum(w for w, _ in parts)
+        parts = [(1.0 / (keys.distance(target, key) + 1e-3), score(config, key, times))
+                 for key, times, _ in neighbours if config in times]
+        weights = math.fsum(w for w, _ in parts)  # exact sums: the same score in any order of the neighbours
         if 2 * len(parts) > len(neighbours) and weights > 0:
             scores[config] = math.fsum(w * s for w, s in parts) / weights
     return min(scores, key=lambda c: (scores[c], order.index(c))) if scores else None
