@@ -64,6 +64,23 @@ class OddGrid:
         return {128: 1.3, 256: 1.0, 512: 1.2}[block]
 
 
+def _frozen_after_grid(plugins, monkeypatch, timer, n: int) -> tuple:
+    """The add kernel tuned at 300 to 10000 under ``timer``, then launched at ``n`` in frozen mode by a
+    fresh tuner (as a fresh process would, from the disk): that tuner, and the miss warnings it gave."""
+    plugins(timer)
+    for size in (300, 1000, 3000, 6000, 10000):
+        kernel = triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit)
+        x = torch.randn(size, device=DEVICE)
+        ADD.launch(kernel, x, x)
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_FROZEN", "nearest")
+    kernel = triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit)
+    x = torch.randn(n, device=DEVICE)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(ADD.launch(kernel, x, x), x + x)
+    return kernel, [str(w.message) for w in caught if "never tuned" in str(w.message)]
+
+
 @pytest.mark.parametrize("memo", ["default", "none"])
 def test_frozen_nearest_launches_the_config_the_tuned_keys_around_it_favour(plugins, monkeypatch, memo):
     """The same picks whether the neighbours' entries are kept read for the process or read again
@@ -73,19 +90,8 @@ def test_frozen_nearest_launches_the_config_the_tuned_keys_around_it_favour(plug
     monkeypatch.setattr(persist, "_READ", {})  # this process's memo, from this test on
     if memo == "none":
         monkeypatch.setattr(persist, "_READ_BYTES", 1)
-    plugins(OddGrid())
-    for n in (300, 1000, 3000, 6000, 10000):
-        kernel = triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit)
-        x = torch.randn(n, device=DEVICE)
-        ADD.launch(kernel, x, x)
-    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_FROZEN", "nearest")
-    kernel = triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit)  # a fresh process would read the disk
-    x = torch.randn(4200, device=DEVICE)  # nearest to 3000 (512), between it and 6000 (256)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.testing.assert_close(ADD.launch(kernel, x, x), x + x)
+    kernel, said = _frozen_after_grid(plugins, monkeypatch, OddGrid(), 4200)  # nearest to 3000 (512), then 6000 (256)
     assert kernel.best_config.kwargs["BLOCK"] == 256  # the nearest key (3000) picked 512
-    said = [str(w.message) for w in caught if "never tuned" in str(w.message)]
     assert len(said) == 1 and "the config the tuned keys around it favour" in said[0], said
     # Close to a tuned key, its own pick weighs most: 3100 launches 3000's pick, 512.
     kernel = triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit)
@@ -171,19 +177,8 @@ def test_frozen_nearest_carries_the_neighbours_times_by_how_each_block_fills_the
     from triton_dist_plugin.tiling import hardware
 
     assert hardware.current().cores == CORES
-    plugins(Waves())
-    for n in (300, 1000, 3000, 6000, 10000):
-        kernel = triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit)
-        x = torch.randn(n, device=DEVICE)
-        ADD.launch(kernel, x, x)
-    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_FROZEN", "nearest")
-    kernel = triton.autotune(configs=ADD.configs(DEVICE), key=ADD.key)(ADD.jit)
-    x = torch.randn(1421, device=DEVICE)  # nearest to 1000 (256), where 128 fills the last wave better
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.testing.assert_close(ADD.launch(kernel, x, x), x + x)
+    kernel, said = _frozen_after_grid(plugins, monkeypatch, Waves(), 1421)  # nearest to 1000 (256); 128 fills better
     assert kernel.best_config.kwargs["BLOCK"] == 128
-    said = [str(w.message) for w in caught if "never tuned" in str(w.message)]
     assert len(said) == 1 and "the config the tuned keys around it favour" in said[0], said
 
 
@@ -206,6 +201,9 @@ def test_the_programs_are_counted_from_the_source_only_where_the_launch_starts_a
     assert machine_fill.for_launch(tuner, ["M", "N", "K"], named, None) is None
     # A block over an argument the key does not hold: the count would hang on this launch's N.
     assert machine_fill.for_launch(tuner, ["M", "K"], named, grid) is None
+    # Nothing to confirm the count by here (a size the source cannot count, a grid that fails): unknown everywhere.
+    unconfirmed = machine_fill.for_launch(tuner, ["M", "N", "K"], {**named, "M": 100.0}, lambda meta: 1 // 0)
+    assert unconfirmed((64, 16, 64, "torch.float32"), config) is None
 
 
 def test_a_fill_that_knows_nothing_leaves_the_pick_as_without_one():

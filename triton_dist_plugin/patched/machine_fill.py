@@ -35,7 +35,9 @@ def for_launch(tuner: Any, key_names: list, named: dict, grid: Any) -> Optional[
     except Exception:  # noqa: BLE001 - an unknown device: no correction
         return None
     where = {extent: present.index(extent) for extent in tiles.values()}
+    here = tuple(named[name] for name in present)  # this launch's key values
     known: dict = {}
+    trusted: dict = {}  # id(config) -> whether the source's count is what this launch's grid starts
 
     def programs(key: Any, config: Any) -> Optional[int]:
         blocks = config.all_kwargs()
@@ -53,8 +55,10 @@ def for_launch(tuner: Any, key_names: list, named: dict, grid: Any) -> Optional[
         memo = (repr(key), id(config))  # a stored key may hold a list: its text, as the store keys it
         if memo not in known:
             try:
-                here = tuple(named[name] for name in present)
-                count = programs(key, config) if _launched(grid, named, config) == programs(here, config) else None
+                if id(config) not in trusted:
+                    counted = programs(here, config)
+                    trusted[id(config)] = counted is not None and _launched(grid, named, config) == counted
+                count = programs(key, config) if trusted[id(config)] else None
                 known[memo] = model.wave_fill(count, cores, 1) if count else None
             except Exception:  # noqa: BLE001 - a config or key this cannot read: unknown, never a failed launch
                 known[memo] = None
