@@ -28,23 +28,7 @@ _CUDA_ERROR_NOT_INITIALIZED = 3
 
 def refusal() -> Optional[str]:
     """Why this process may not fork its worker now; None when it may."""
-    cheap = refusal_without_waiting()
-    if cheap:
-        return cheap
-    from ..compiling import forked_compile
-
-    forked_compile.prestarted(_JOIN_S)  # the plugin's own threads end first: they hold locks while they work
-    others = sorted(t.name for t in threading.enumerate()
-                    if t is not threading.current_thread() and t.name not in _HARMLESS)
-    if others:
-        return f"other threads run in this process ({', '.join(others[:3])})"
-    return _device_in_use()
-
-
-def refusal_without_waiting() -> Optional[str]:
-    """What ``refusal`` finds before it waits on any thread: None when a fork may be made, once the
-    plugin's own start-up threads are done."""
-    lasting = lasting_refusal()
+    lasting = lasting_refusal()  # the cheap checks, before waiting on anything
     if lasting:
         return lasting
     if threading.current_thread() is not threading.main_thread():
@@ -54,7 +38,14 @@ def refusal_without_waiting() -> Optional[str]:
                       and not (name == "triton_dist_plugin" or name.startswith("triton_dist_plugin."))), None)
     if importing is not None:  # the child would have it half run, and running it again repeats what it did
         return f"a module is being imported ({importing})"
-    return None
+    from ..compiling import forked_compile
+
+    forked_compile.prestarted(_JOIN_S)  # the plugin's own threads end first: they hold locks while they work
+    others = sorted(t.name for t in threading.enumerate()
+                    if t is not threading.current_thread() and t.name not in _HARMLESS)
+    if others:
+        return f"other threads run in this process ({', '.join(others[:3])})"
+    return _device_in_use()
 
 
 def lasting_refusal() -> Optional[str]:
