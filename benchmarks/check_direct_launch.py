@@ -108,6 +108,119 @@ check("matmul: one launcher, two specialisations",
 err = max(((c - ref).abs().max() / ref.abs().max()).item() for c in (c1.float(), c2.float()))
 check(f"matmul results match torch (max rel err {err:.1e})", err < 1e-2)
 
+# The launch guard (launch_guard): once the binder has confirmed a shape of call, the guard tells the
+# kernel from the arguments alone. Every specialisation Triton makes, each launched four times (through
+# JITFunction.run, the binder, the guard's first sight, the guard): always JITFunction.run's kernel.
+import triton.language as tl  # noqa: E402
+
+seen_meta: list = []
+
+
+def _feature_meta(grid, metadata, args):
+    seen_meta.append(type(args["x"]).__name__)
+    return {}
+
+
+@triton.jit(do_not_specialize=["seed"], launch_metadata=_feature_meta)
+def feature_kernel(x, y, out, bias, size, n, stride, seed, alpha, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr,
+                   SCALE: tl.constexpr = 2):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < size
+    v = tl.load(x + offs, mask=mask).to(tl.float32) + alpha * tl.load(y + offs * stride, mask=mask).to(tl.float32)
+    if HAS_BIAS:
+        v += tl.load(bias + offs, mask=mask).to(tl.float32)
+    v = v * SCALE + (n % 7) + 0 * seed
+    tl.store(out + offs, v.to(out.dtype.element_ty), mask=mask)
+
+
+tuned_f = triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=4) for b in (128, 256)],
+                          key=["size"])(feature_kernel)
+m = 1000
+fgrid = lambda meta: (triton.cdiv(m, meta["BLOCK"]),)  # noqa: E731
+
+
+def feature_args(dtype=torch.float32, misaligned=False, bias=True, n=64, stride=1, seed=3, alpha=0.5):
+    base = torch.randn(2 * m + 8, device="cuda", dtype=dtype)
+    xx = base[1:m + 1] if misaligned else base[:m]
+    yy = torch.randn(m * stride, device="cuda", dtype=dtype)
+    bb = torch.randn(m, device="cuda", dtype=dtype) if bias else None
+    return (xx, yy, torch.empty(m, device="cuda", dtype=dtype), bb, m, n, stride, seed, alpha, bias)
+
+
+def feature_ref(args):
+    xx, yy, _, bb, _, n, stride, _, alpha, _ = args
+    v = xx.float() + alpha * yy[::stride].float() + (0 if bb is None else bb.float())
+    return (v * 2 + n % 7).to(xx.dtype)
+
+
+cases = {
+    "aligned, bias": feature_args(), "bias None": feature_args(bias=False), "n == 1 (a constexpr)": feature_args(n=1),
+    "n a multiple of 16": feature_args(n=32), "n an i64": feature_args(n=2**31 + 16),
+    "misaligned x": feature_args(misaligned=True), "stride 2 (not the constant 1)": feature_args(stride=2),
+    "another seed (do_not_specialize)": feature_args(seed=2**40 + 1), "another alpha": feature_args(alpha=-1.5),
+    "fp16": feature_args(dtype=torch.float16),
+}
+tuned_f[fgrid](*cases["aligned, bias"])  # tunes
+torch.cuda.synchronize()
+f_state = kernel_state.state_of(tuned_f)
+f_meta = next(iter(f_state.fast.values()))[1]
+f_launcher = next(iter(f_state.fast.values()))[2]
+for name, args in cases.items():
+    got = []
+    for _ in range(4):
+        args[2].zero_()
+        got.append(tuned_f[fgrid](*args))
+    torch.cuda.synchronize()
+    want = feature_kernel.run(*args, grid=fgrid, warmup=False, **f_meta)
+    ok = torch.allclose(args[2].float(), feature_ref(args).float(), atol=1e-2, rtol=1e-2)
+    served = any(entry[2] is want for entry in f_launcher.guarded.values())
+    check(f"guard: {name}: JITFunction.run's kernel on every launch, right result, served by the guard",
+          all(k is want for k in got) and ok and served)
+check("guard: one compiled kernel per distinct specialisation",
+      len({id(k[2]) for k in f_launcher.guarded.values()}) == len(f_launcher.guarded))
+
+# A listener (an exit hook added to Triton's chain) gets Triton's metadata, built from the tensors.
+heard: list = []
+seen_meta.clear()
+
+
+def listener(metadata):
+    heard.append(None if metadata is None else metadata.get()["name"])
+
+
+if hasattr(knobs.runtime.launch_exit_hook, "add"):  # 3.6+: Triton's hook chain
+    knobs.runtime.launch_exit_hook.add(listener)
+    try:
+        tuned_f[fgrid](*cases["aligned, bias"])
+    finally:
+        knobs.runtime.launch_exit_hook.remove(listener)
+    torch.cuda.synchronize()
+    check("an exit hook in Triton's chain hears the guarded kernel's launch, with Triton's metadata",
+          heard == ["feature_kernel"] and seen_meta == ["Tensor"])
+before = len(seen_meta)
+tuned_f[fgrid](*cases["aligned, bias"])
+check("with no listener left, no metadata is built", len(seen_meta) == before)
+
+# A CPU tensor: the launcher refuses it as upstream does (the guard never passes it as a pointer).
+try:
+    cpu_args = list(cases["aligned, bias"])
+    cpu_args[0] = cpu_args[0].cpu()
+    tuned_f[fgrid](*cpu_args)
+    torch.cuda.synchronize()
+    check("a CPU tensor is refused as upstream refuses it", False)
+except (ValueError, RuntimeError) as exc:
+    check(f"a CPU tensor is refused as upstream refuses it ({type(exc).__name__})", True)
+
+# Another device, where there is one: its own kernel, its own result.
+if torch.cuda.device_count() > 1:
+    with torch.cuda.device(1):
+        args1 = tuple(a.to("cuda:1") if isinstance(a, torch.Tensor) else a for a in cases["aligned, bias"])
+        kernels1 = [tuned_f[fgrid](*args1) for _ in range(4)]
+        want1 = feature_kernel.run(*args1, grid=fgrid, warmup=False, **f_meta)
+        torch.cuda.synchronize()
+    check("device 1: JITFunction.run's kernel, right result",
+          all(k is want1 for k in kernels1) and torch.allclose(args1[2].cpu(), feature_ref(args1).cpu(), atol=1e-2))
+
 # Turned off by the environment: every launch goes through JITFunction.run.
 import os  # noqa: E402
 
@@ -116,7 +229,7 @@ check("TRITON_DIST_DIRECT_LAUNCH=0 turns it off", not direct.usable(add_kernel))
 del os.environ[direct.DIRECT_ENV]
 
 save_results("direct_launch_check_h200.json", {"triton": triton.__version__, "checks": results,
-                                               "refusals": direct.refusals})
+                                               "refusals": direct.refusals, "gpus": torch.cuda.device_count()})
 failed = [k for k, v in results.items() if not v]
 print(f"{len(results) - len(failed)}/{len(results)} checks passed")
 sys.exit(1 if failed else 0)

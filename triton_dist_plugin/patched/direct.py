@@ -4,8 +4,11 @@ On a cache hit ``JITFunction.run`` rebuilds the compile options from knobs, turn
 string for its kernel-cache key and looks the kernel up, on every launch. For one tuned config
 those options change only if a knob does, so a ``Launcher`` keeps its own table from
 (specialization, knob values) to the compiled kernel that ``JITFunction.run`` itself chose, and
-fills it by calling ``JITFunction.run`` on a miss. Specialization still comes from Triton's own
-binder on every call, so alignment and value specialization are exactly Triton's.
+fills it by calling ``JITFunction.run`` on a miss. Once Triton's binder has confirmed an entry,
+calls of the same argument kinds skip the binder too: a ``launch_guard`` plan tells their kernel
+from the facts Triton specialises on, and the kernel is launched through Triton's C launcher with
+the tensors' device pointers. Launch metadata is built, and launch hooks called, only when a hook
+listens (Triton 3.6+ keeps an empty hook chain in place of ``None``).
 
 It is used only for plain ``JITFunction`` kernels on a GPU driver, on the Triton releases whose
 launch sequence is known (3.4 to 3.9), and only after a check, made whenever an entry is added,
@@ -20,12 +23,19 @@ import operator
 from typing import Any, Optional
 
 from .. import _compat, settings
+from . import launch_guard
 
 DIRECT_ENV = "TRITON_DIST_DIRECT_LAUNCH"
 #: Releases whose ``JITFunction.run`` launch sequence this module follows.
 KNOWN_RELEASES = {(3, 4), (3, 5), (3, 6), (3, 7), (3, 8), (3, 9)}
 #: Why the last launcher fell back for good (for diagnostics and benchmarks).
 refusals: dict[str, str] = {}
+
+
+#: Triton's launch-hook chain (3.6+): an empty one has no listener, so it and its metadata are skipped.
+_CHAIN = getattr(_compat.knobs, "HookChain", type("NoHookChain", (), {}))
+#: Taken where no plan can be made, so that the attempt is not repeated on every launch.
+_NO_PLAN = launch_guard.Plan(-1, (), lambda args: None, lambda args: {})
 
 
 def _compilation_knobs() -> list[str]:
@@ -48,14 +58,16 @@ def usable(fn: Any) -> bool:
 class Launcher:
     """Launches ``fn`` with one config's keywords (``meta``); see the module docstring."""
 
-    __slots__ = ("fn", "meta", "table", "off", "_driver", "_runtime", "_compilation", "_names", "_read",
-                 "_stage_hook")
+    __slots__ = ("fn", "meta", "table", "off", "plans", "guarded", "_driver", "_runtime", "_compilation", "_names",
+                 "_read", "_stage_hook")
 
     def __init__(self, fn: Any, meta: dict):
         from triton.runtime.driver import driver
 
         self.fn, self.meta = fn, meta
         self.table: dict = {}
+        self.plans: tuple = ()  # launch_guard plans, one per mix of argument kinds seen
+        self.guarded: dict = {}  # (guard key, device, knobs) -> (caches, launch, kernel)
         self.off = "debug" in meta  # an explicit debug option is rare; let Triton handle it
         self._driver = driver
         self._runtime = _compat.knobs.runtime
@@ -75,7 +87,46 @@ class Launcher:
         if self.off or fn.pre_run_hooks or fn.used_global_vals or (
                 self._stage_hook and runtime.add_stages_inspection_hook is not None):
             return fn.run(*args, grid=grid, warmup=False, **self.meta)
+        enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+        if not ((enter is None or (type(enter) is _CHAIN and not enter.calls)) and (
+                leave is None or (type(leave) is _CHAIN and not leave.calls))):
+            return self._bound(args, grid, True)[0]  # someone listens: Triton's hooks and metadata
+        for plan in self.plans:
+            found = plan.guard(args)
+            if found is not None:
+                break
+        else:
+            return self._bound(args, grid, False)[0]
+        # The guard's key tells the kernel: no binder, no cache key, no metadata.
         active = self._driver.active
+        device = active.get_current_device()
+        caches = fn.device_caches[device]
+        try:
+            key = (found[0], device, fn.debug or runtime.debug, self._read(self._compilation))
+            hit = self.guarded.get(key)
+        except TypeError:  # an unhashable constexpr value
+            return fn.run(*args, grid=grid, warmup=False, **self.meta)
+        if hit is None or hit[0] is not caches:
+            return self._learn(key, caches, args, grid)
+        stream = active.get_current_stream(device)
+        if callable(grid):
+            grid = grid(plan.bound(args))
+        size = len(grid)
+        hit[1](grid[0], grid[1] if size > 1 else 1, grid[2] if size > 2 else 1, stream, found[1])
+        return hit[2]
+
+    def _learn(self, key: tuple, caches: tuple, args: tuple, grid: Any) -> Any:
+        """Launch through the binder, and let the guard's ``key`` serve this kernel from now on
+        if the binder's entry for it has been confirmed."""
+        kernel, entry = self._bound(args, grid, False)
+        if entry is not None:
+            self.guarded[key] = (caches, launch_guard.launcher_for(kernel), kernel)
+        return kernel
+
+    def _bound(self, args: tuple, grid: Any, heard: bool) -> tuple:
+        """A launch through Triton's binder: ``(kernel, table entry or None)``. Launch hooks and
+        their metadata are Triton's when someone listens (``heard``), else left out."""
+        fn, runtime, active = self.fn, self._runtime, self._driver.active
         device = active.get_current_device()
         caches = fn.device_caches[device]
         bound, spec, _ = caches[-1](*args, **self.meta)
@@ -83,22 +134,36 @@ class Launcher:
             key = (tuple(spec), device, fn.debug or runtime.debug, self._read(self._compilation))
             hit = self.table.get(key)
         except TypeError:  # an unhashable constexpr value
-            return fn.run(*args, grid=grid, warmup=False, **self.meta)
+            return fn.run(*args, grid=grid, warmup=False, **self.meta), None
         if hit is None or hit[0] is not caches:
             kernel = fn.run(*args, grid=grid, warmup=False, **self.meta)
             self._add(key, caches, args, kernel)
-            return kernel
+            return kernel, self.table.get(key)
         _, kernel, function, packed, run = hit
+        self._plan(args)
         stream = active.get_current_stream(device)
         if callable(grid):
             grid = grid(bound)
         size = len(grid)
         values = bound.values()
-        enter = runtime.launch_enter_hook
-        metadata = None if enter is None else kernel.launch_metadata(grid, stream, *values)
+        if heard:
+            enter, leave, metadata = runtime.launch_enter_hook, runtime.launch_exit_hook, kernel.launch_metadata(
+                grid, stream, *values)
+        else:
+            enter = leave = metadata = None
         run(grid[0], grid[1] if size > 1 else 1, grid[2] if size > 2 else 1, stream, function, packed, metadata,
-            enter, runtime.launch_exit_hook, *values)
-        return kernel
+            enter, leave, *values)
+        return kernel, hit
+
+    def _plan(self, args: tuple) -> None:
+        """Learn a plan for this call's argument kinds, once its kernel has been confirmed."""
+        if len(self.plans) < launch_guard.MOST_PLANS and not any(p.guard(args) for p in self.plans):
+            plan, why = launch_guard.build(self.fn, self.meta, args)
+            if plan is None:
+                self.plans += (_NO_PLAN,)  # a slot spent: at most MOST_PLANS attempts in all
+                refusals[getattr(self.fn, "__name__", repr(self.fn))] = f"no launch guard: {why}"
+            else:
+                self.plans += (plan,)
 
     def _add(self, key: tuple, caches: tuple, args: tuple, kernel: Any) -> None:
         """Remember ``kernel`` for ``key`` once Triton's own cache key confirms it is the one."""

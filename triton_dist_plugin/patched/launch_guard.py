@@ -1,0 +1,180 @@
+"""Which compiled kernel a tuned call launches, told from its arguments without Triton's binder.
+
+On every launch Triton's binder builds a dict of every parameter, a list of specialisation tuples
+and an options dict, then a cache key from them. For one tuned config the options are fixed, so
+what can change the kernel between calls is only what Triton specialises on in the arguments: a
+tensor's dtype and 16-byte alignment, an integer's size class, whether it is 1 and whether it is a
+multiple of 16, and a constexpr argument's value. A ``Plan`` is generated for the argument kinds of
+one call and answers, for a later call of the same kinds, a key made of exactly those facts (each
+at least as fine as Triton's own, so two calls with one key always get one kernel) and the values
+the launcher is given, a tensor as the device pointer the launcher itself would read from it.
+Anything else (another kind, a tensor off the device, a subclass Triton treats otherwise, another
+number of arguments) gets ``None`` and goes through the binder.
+
+``launcher_for`` calls the C launcher of the Triton releases whose launch sequence is known here,
+skipping ``CudaLauncher.__call__`` when the kernel needs no scratch memory; otherwise it calls
+``kernel.run`` as Triton does. Hooks are the caller's business: it uses neither with them set.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from .. import _compat
+
+#: Releases whose specialisation the guard's key is checked against (tests/test_launch_guard.py).
+GUARDED_RELEASES = {(3, 6), (3, 8), (3, 9)}
+#: The C launcher's argument order, by release: one module per kernel (3.6), one shared (3.8+).
+_C_LAUNCH = {(3, 6): "per_kernel", (3, 8): "shared", (3, 9): "shared"}
+#: Most plans one launcher keeps (one per mix of argument kinds: an optional pointer given or None).
+MOST_PLANS = 4
+#: The tensor attribute that says its pointer is the device's (the launcher's own check, done here).
+DEVICE_ATTR = "is_cuda"
+
+_I32, _I64, _U64 = 2**31, 2**63, 2**64
+
+
+@dataclass(frozen=True)
+class Plan:
+    """For calls with ``arity`` positional arguments of ``kinds``: ``guard(args)`` gives
+    ``(key, values)`` or None, ``bound(args)`` the parameter dict a callable grid is given."""
+
+    arity: int
+    kinds: tuple
+    guard: Callable[[tuple], Optional[tuple]]
+    bound: Callable[[tuple], dict]
+
+
+def _tensor_types() -> frozenset:
+    import torch
+
+    return frozenset({torch.Tensor, torch.nn.Parameter})
+
+
+def _kind(value: Any, constexpr: bool, tensors: frozenset) -> Optional[str]:
+    if constexpr:
+        return "constexpr"
+    if type(value) in tensors:
+        return "tensor"
+    if value is None:
+        return "none"
+    return {int: "int", bool: "bool", float: "float"}.get(type(value))
+
+
+def _sources(fn: Any, meta: dict, arity: int) -> tuple[list, str]:
+    """Each parameter's source in signature order: ``("arg", i)`` or ``("const", value)``."""
+    parameters = list(fn.signature.parameters.values())
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY) for p in parameters):
+        return [], "the kernel takes *args, **kwargs or keyword-only parameters"
+    if arity > len(parameters):
+        return [], "more arguments than parameters"
+    sources = []
+    for i, parameter in enumerate(parameters):
+        if i < arity:
+            if parameter.name in meta:
+                return [], f"{parameter.name} is given twice"
+            sources.append(("arg", i))
+        elif parameter.name in meta:
+            sources.append(("const", meta[parameter.name]))
+        elif parameter.default is not inspect.Parameter.empty:
+            sources.append(("const", parameter.default))
+        else:
+            return [], f"{parameter.name} is missing"
+    return sources, ""
+
+
+def build(fn: Any, meta: dict, args: tuple, device_attr: Optional[str] = None) -> tuple[Optional[Plan], str]:
+    """A plan for calls shaped like ``args`` (``meta``: the config's launch keywords), or
+    ``(None, why)``. ``device_attr``: the tensor attribute checked in place of ``DEVICE_ATTR``."""
+    if _compat.TRITON_VERSION not in GUARDED_RELEASES:
+        return None, "this Triton release's specialisation is not checked here"
+    sources, why = _sources(fn, meta, len(args))
+    if why:
+        return None, why
+    tensors = _tensor_types()
+    kinds = tuple(_kind(value, fn.params[i].is_constexpr, tensors) for i, value in enumerate(args))
+    if None in kinds:
+        return None, f"argument {kinds.index(None)} is of a kind Triton specialises otherwise"
+    namespace: dict = {"_T": tensors}
+    text = _source([p.name for p in fn.params], sources, kinds, device_attr or DEVICE_ATTR, namespace)
+    exec(text, namespace)  # noqa: S102
+    if namespace["guard"](args) is None:
+        return None, "a tensor argument is not on the device"
+    return Plan(len(args), kinds, namespace["guard"], namespace["bound"]), ""
+
+
+def _tuple(items: list) -> str:
+    return f"({', '.join(items)},)" if items else "()"
+
+
+def _source(names: list, sources: list, kinds: tuple, device_attr: str, namespace: dict) -> str:
+    """The guard and bound functions' text, generated from the kernel's signature (as Triton's binder is)."""
+    checks, on_device, pointers, key, values, bound = [], [], [], [], [], []
+    for i, (name, (source, what)) in enumerate(zip(names, sources)):
+        if source == "const":
+            namespace[f"c{i}"] = what
+            values.append(f"c{i}")
+            bound.append(f"{name!r}: c{i}")
+            continue
+        a, kind = f"a{what}", kinds[what]
+        bound.append(f"{name!r}: {a}")
+        values.append(a)
+        if kind == "tensor":
+            checks.append(f"type({a}) not in _T")
+            on_device.append(f"{a}.{device_attr}")
+            pointers.append(f"    p{what} = {a}.data_ptr()")
+            key += [f"{a}.dtype", f"p{what} & 15 == 0"]
+            values[-1] = f"p{what}"
+        elif kind == "int":  # Triton's facts: value 1, multiple of 16, i32 / i64 / u64 / too large
+            checks.append(f"type({a}) is not int")
+            key += [f"{a} == 1", f"{a} & 15 == 0", f"0 if {-_I32} <= {a} < {_I32} else 1 if {-_I64} <= {a} < {_I64} "
+                    f"else 2 if 0 <= {a} < {_U64} else 3"]
+        elif kind == "none":
+            checks.append(f"{a} is not None")
+        elif kind == "constexpr":
+            key.append(a)
+        else:
+            checks.append(f"type({a}) is not {kind}")
+    arity = len(kinds)
+    unpack = [f"    {''.join(f'a{i}, ' for i in range(arity))}= args"] if arity else []
+    lines = ["def guard(args):", f"    if len(args) != {arity}:", "        return None", *unpack]
+    if checks:
+        lines += [f"    if {' or '.join(checks)}:", "        return None"]
+    if on_device:
+        lines += [f"    if not ({' and '.join(on_device)}):", "        return None"]
+    lines += [*pointers, f"    return {_tuple(key)}, {_tuple(values)}", "def bound(args):", *unpack,
+              f"    return {{{', '.join(bound)}}}"]
+    return "\n".join(lines)
+
+
+def launcher_for(kernel: Any) -> Callable[..., None]:
+    """``launch(grid_0, grid_1, grid_2, stream, values)`` for a compiled kernel, no hooks."""
+    run, function, packed = kernel.run, kernel.function, kernel.packed_metadata
+    mode = _C_LAUNCH.get(_compat.TRITON_VERSION)
+    if mode is None or not _plain_cuda_launcher(run):
+        def launch(g0, g1, g2, stream, values):
+            run(g0, g1, g2, stream, function, packed, None, None, None, *values)
+        return launch
+    c_launch, coop, pdl = run.launch, run.launch_cooperative_grid, run.launch_pdl
+    if mode == "per_kernel":
+        def launch(g0, g1, g2, stream, values):
+            c_launch(g0, g1, g2, stream, function, coop, pdl, None, None, packed, None, None, None, *values)
+        return launch
+    annotations, signature = run.arg_annotations, run.kernel_signature
+
+    def launch(g0, g1, g2, stream, values):
+        c_launch(g0, g1, g2, stream, function, coop, pdl, packed, None, None, None, None, None, annotations,
+                 signature, values)
+    return launch
+
+
+def _plain_cuda_launcher(run: Any) -> bool:
+    """True for Triton's own CUDA launcher of a kernel needing no scratch, sanitizer or descriptors,
+    whose ``__call__`` then only forwards to its C ``launch``."""
+    klass = type(run)
+    return (klass.__name__ == "CudaLauncher" and klass.__module__ == "triton.backends.nvidia.driver"
+            and type(getattr(run, "launch", None)).__name__ == "builtin_function_or_method"
+            and getattr(run, "global_scratch_size", 1) == 0 and getattr(run, "profile_scratch_size", 1) == 0
+            and not getattr(run, "gsan_enabled", False))
