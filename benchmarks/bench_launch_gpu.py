@@ -1,16 +1,18 @@
 """Host cost of a tuned launch against a direct one and upstream's, on one GPU.
 
-    python benchmarks/bench_launch_gpu.py [--procs 3] [--out launch_h200.json]
+    python benchmarks/bench_launch_gpu.py [--procs 3] [--previous DIR] [--out launch_h200.json]
     python benchmarks/bench_launch_gpu.py --smoke     # the plugin's side on the CPU interpreter, a few calls:
                                                       # checks the script only (upstream cannot time on a CPU)
 
-Fresh processes, interleaved (upstream, plugin, upstream, plugin, ...), each with empty caches of its own.
+Fresh processes, interleaved (upstream, plugin, previous, upstream, ...), each with empty caches of its own;
+``previous`` is an earlier version of the package, extracted to ``DIR`` (e.g. ``git archive c0946d6
+triton_dist_plugin | tar -x -C DIR``), imported in place of this one.
 In each, every kernel is tuned by its first call, then these are timed in alternating short rounds
 (host microseconds per call, the device synchronised at both ends of a round; median over rounds):
 
 - ``tuned``: ``kernel[grid](...)`` on the autotuned kernel, as users launch it (a grid lambda);
-- ``binder`` (plugin): the same through the plugin's previous cache-hit path, Triton's binder on
-  every call (the launch guard's plans turned off on that launcher);
+- ``binder`` (plugin): the same through the binder's path of this version (no launch guard plans:
+  Triton's binder on every call); the ``previous`` side's ``tuned`` is the earlier version's path;
 - ``direct``: the picked config's compiled kernel launched directly, ``jit[grid](..., **config)``
   with a tuple grid, as ANCHORS measures it;
 - ``direct_lambda``: the same with the tuned launch's grid lambda.
@@ -20,7 +22,9 @@ length, floats, a flag, a constexpr), and, where they import, real-library ops a
 (fla's ``l2norm`` and ``rms_norm`` on one token), whose whole call is timed. ``decode`` is one step of
 a batch-1 decoder's small kernels (add, layernorm, scale, softmax, add on one 4096-wide row),
 outputs allocated as a model would. Each tuned launch is checked against the direct launch's output.
-The plugin side also reports whether the guard served the launches, and why any launcher refused.
+fla launches its kernels with keyword arguments. The plugin side reports, per case, whether a launch
+guard served its launches (``served``), why any launcher or guard refused, and each case's GPU time
+per launch (``device_us``, CUPTI): a host time close to it means the queue, not the host, set the pace.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _procs import PLUGIN_ENV, run_fresh, serve  # noqa: E402
+from _procs import PLUGIN_ENV, child_pythonpath, run_fresh, serve  # noqa: E402
+
+PREVIOUS_ENV = "TDP_PREVIOUS"  # "1": this child imports an earlier version of the package (--previous)
 
 
 @triton.jit
@@ -81,6 +87,7 @@ def _cases(torch, device: str) -> dict:
     o, ref = torch.empty_like(x), x + y
     tuned = triton.autotune(configs=add.configs(device), key=["n"])(add.jit)
     grid = lambda m: (triton.cdiv(n, m["BLOCK"]),)  # noqa: E731
+    TUNERS["add"] = [tuned]
     cases["add"] = _rows(tuned, add.jit, (x, y, o, n), grid, lambda m: (triton.cdiv(n, m["BLOCK"]),), o, ref)
     k = [torch.randn(n, device=device) for _ in range(5)]
     o20 = torch.empty_like(x)
@@ -89,10 +96,14 @@ def _cases(torch, device: str) -> dict:
                ((1,) if cpu else (2, 4))]
     tuned20 = triton.autotune(configs=configs, key=["n"])(args20_kernel)
     args20 = (*k, o20, n, 1, 1, 1, 1, 1, 1, 1, 2, 3, 0.5, 0.25, True)
+    TUNERS["args20"] = [tuned20]
     cases["args20"] = _rows(tuned20, args20_kernel, args20, grid, lambda m: (triton.cdiv(n, m["BLOCK"]),), o20, ref20)
     cases["decode"] = _decode(torch, device, KERNELS)
     cases.update(_library_ops(torch, device))
     return cases
+
+
+TUNERS: dict = {}  # case -> its autotuned kernels, for the report of what served them
 
 
 def _rows(tuned, jit, args: tuple, grid, direct_grid, out, ref) -> dict:
@@ -108,7 +119,7 @@ def _rows(tuned, jit, args: tuple, grid, direct_grid, out, ref) -> dict:
     assert torch.allclose(out, ref, atol=1e-4), "tuned launch (cache hit): wrong result"
     rows = {"tuned": lambda: tuned[grid](*args), "direct": lambda: jit[tuple_grid](*args, **meta),
             "direct_lambda": lambda: jit[grid](*args, **meta)}
-    if os.environ.get(PLUGIN_ENV) == "1":
+    if os.environ.get(PLUGIN_ENV) == "1" and not os.environ.get(PREVIOUS_ENV):
         rows["binder"] = _binder_path(tuned, jit, args, grid)
     return rows
 
@@ -117,14 +128,13 @@ def _binder_path(tuned, jit, args: tuple, grid):
     """The plugin's previous cache-hit path: a second tuner of the same kernel whose direct
     launchers never learn a launch guard, so Triton's binder runs on every call."""
     from triton_dist_plugin.patched import direct, kernel_state
-    from triton_dist_plugin.patched.launch_guard import MOST_PLANS
 
     other = triton.autotune(configs=[tuned.best_config], key=[])(jit)
     other.configs = [tuned.best_config, tuned.best_config]  # two configs: tuned once, then a cache hit
     other[grid](*args)
     for launcher in kernel_state.state_of(other).launchers.values():
         if launcher is not None:
-            launcher.plans = (direct._NO_PLAN,) * MOST_PLANS
+            launcher.attempts = direct._MOST_ATTEMPTS  # never learns a plan
     return lambda: other[grid](*args)
 
 
@@ -136,6 +146,7 @@ def _decode(torch, device: str, kernels: dict) -> dict:
     names = ("add", "layernorm", "scale", "softmax")
     tuned = {name: triton.autotune(configs=kernels[name].configs(device), key=kernels[name].key)(kernels[name].jit)
              for name in names}
+    TUNERS["decode"] = list(tuned.values())
 
     def step(kernel, meta):
         h = kernels["add"].launch(kernel("add"), x, r, **meta("add"))
@@ -182,14 +193,33 @@ def child_launch() -> dict:
             for case, rows in cases.items():
                 for row, f in rows.items():
                     times[case][row].append(_per_call(f, iters, sync))
+        device_us = {case: _device_us(torch, rows["tuned"]) for case, rows in cases.items()} if device == "cuda" else {}
     out = {"triton": triton.__version__, "torch": torch.__version__, "device": device,
-           "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
+           "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None, "device_us": device_us,
            "median_us": {case: {row: statistics.median(v) for row, v in rows.items()} for case, rows in times.items()}}
     if os.environ.get(PLUGIN_ENV) == "1":
-        from triton_dist_plugin.patched import direct
+        import triton_dist_plugin
+        from triton_dist_plugin.patched import direct, kernel_state
 
+        out["package"] = triton_dist_plugin.__file__
         out["refusals"] = dict(direct.refusals)
+        out["guard_refusals"] = dict(getattr(direct, "guard_refusals", {}))
+        out["served"] = {case: any(plan.entries for tuner in tuners for launcher in
+                                   kernel_state.state_of(tuner).launchers.values() if launcher is not None
+                                   for plan in getattr(launcher, "plans", ()))
+                         for case, tuners in TUNERS.items()}
     return out
+
+
+def _device_us(torch, f, launches: int = 200) -> float:
+    """GPU microseconds per call of ``f`` (its kernels' CUPTI time, summed)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(launches):
+            f()
+        torch.cuda.synchronize()
+    return sum(e.device_time for e in prof.events() if e.device_type.name == "CUDA") / launches
 
 
 ROWS = ("tuned", "binder", "direct", "direct_lambda")
@@ -199,13 +229,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--procs", type=int, default=3, help="fresh processes per side")
     parser.add_argument("--out", default="launch_h200.json", help="file name under benchmarks/results/")
-    parser.add_argument("--smoke", action="store_true", help="the CPU interpreter, a few calls, nothing saved")
+    parser.add_argument("--previous", help="a folder holding an earlier triton_dist_plugin, timed as a third side")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the plugin's side on the CPU interpreter, a few calls, nothing saved")
     args = parser.parse_args()
     extra = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""} if args.smoke else {}
     runs: dict = {"plugin": []} if args.smoke else {"upstream": [], "plugin": []}
+    if args.previous:
+        runs["previous"] = []
+        previous = {"PYTHONPATH": os.pathsep.join([str(Path(args.previous).resolve()), child_pythonpath()]),
+                    PREVIOUS_ENV: "1"}
     for _ in range(1 if args.smoke else args.procs):
         for side in runs:
-            runs[side].append(run_fresh(__file__, "launch", plugin=side == "plugin", extra=extra, timeout=550))
+            env = {**extra, **(previous if side == "previous" else {})}
+            runs[side].append(run_fresh(__file__, "launch", plugin=side != "upstream", extra=env, timeout=550))
     errors = [r["error"] for rs in runs.values() for r in rs if "error" in r]
     if errors:
         print("errors:", *errors, sep="\n  ")
@@ -226,22 +263,30 @@ def _summary(runs: dict) -> dict:
             for case, rows in result.get("median_us", {}).items():
                 for row, us in rows.items():
                     table.setdefault(case, {}).setdefault(f"{side}_{row}", []).append(us)
+            for case, us in result.get("device_us", {}).items():
+                table.setdefault(case, {}).setdefault(f"{side}_device", []).append(us)
     summary = {case: {k: statistics.median(v) for k, v in cols.items()} for case, cols in table.items()}
     for cols in summary.values():
-        if "plugin_direct" in cols:
-            cols["plugin_tuned/direct"] = cols["plugin_tuned"] / cols["plugin_direct"]
-        if "upstream_tuned" in cols:
-            cols["plugin_tuned/upstream_tuned"] = cols["plugin_tuned"] / cols["upstream_tuned"]
+        for name, over in (("plugin_tuned/direct", "plugin_direct"), ("plugin_tuned/upstream_tuned", "upstream_tuned"),
+                           ("plugin_tuned/previous_tuned", "previous_tuned")):
+            if "plugin_tuned" in cols and over in cols:
+                cols[name] = cols["plugin_tuned"] / cols[over]
     return summary
 
 
 def _print(summary: dict) -> None:
-    columns = ["upstream_tuned", "upstream_direct", "plugin_tuned", "plugin_binder", "plugin_direct",
-               "plugin_direct_lambda", "plugin_tuned/direct", "plugin_tuned/upstream_tuned"]
-    print(f"{'case (host us per call)':24s}" + "".join(f"{c.replace('plugin_', 'p_').replace('upstream_', 'u_'):>16s}"
-                                                    for c in columns))
+    columns = ["upstream_tuned", "upstream_direct", "previous_tuned", "plugin_tuned", "plugin_binder", "plugin_direct",
+               "plugin_direct_lambda", "plugin_device", "plugin_tuned/direct", "plugin_tuned/upstream_tuned"]
+    short = {"upstream_": "u_", "previous_": "prev_", "plugin_": "p_"}
+
+    def label(column: str) -> str:
+        for long, brief in short.items():
+            column = column.replace(long, brief)
+        return column
+
+    print(f"{'host us per call':18s}" + "".join(f"{label(c):>16s}" for c in columns))
     for case, cols in summary.items():
-        print(f"{case:24s}" + "".join(f"{cols[c]:16.2f}" if c in cols else f"{'-':>16s}" for c in columns))
+        print(f"{case:18s}" + "".join(f"{cols[c]:16.2f}" if c in cols else f"{'-':>16s}" for c in columns))
 
 
 if __name__ == "__main__":

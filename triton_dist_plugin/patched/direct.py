@@ -30,14 +30,14 @@ DIRECT_ENV = "TRITON_DIST_DIRECT_LAUNCH"
 KNOWN_RELEASES = {(3, 4), (3, 5), (3, 6), (3, 7), (3, 8), (3, 9)}
 #: Why the last launcher fell back for good (for diagnostics and benchmarks).
 refusals: dict[str, str] = {}
+#: Why a kernel's calls could not get a launch guard (they stay on the binder's path; diagnostics).
+guard_refusals: dict[str, str] = {}
+#: Plans a launcher tries to build, in all.
+_MOST_ATTEMPTS = 8
 
 
 #: Triton's launch-hook chain (3.6+): an empty one has no listener, so it and its metadata are skipped.
 _CHAIN = getattr(_compat.knobs, "HookChain", type("NoHookChain", (), {}))
-#: Taken where no plan can be made, so that the attempt is not repeated on every launch.
-_NO_PLAN = launch_guard.Plan(-1, (), lambda args: None, lambda args: {})
-
-
 def _compilation_knobs() -> list[str]:
     """Compilation knobs that ``JITFunction.run`` copies into the options besides ``debug``."""
     group = _compat.knobs.compilation
@@ -58,8 +58,8 @@ def usable(fn: Any) -> bool:
 class Launcher:
     """Launches ``fn`` with one config's keywords (``meta``); see the module docstring."""
 
-    __slots__ = ("fn", "meta", "table", "off", "plans", "guarded", "_driver", "_runtime", "_compilation", "_names",
-                 "_read", "_stage_hook")
+    __slots__ = ("fn", "meta", "table", "off", "plans", "attempts", "_driver", "_runtime", "_compilation",
+                 "_names", "_read", "_stage_hook")
 
     def __init__(self, fn: Any, meta: dict):
         from triton.runtime.driver import driver
@@ -67,7 +67,7 @@ class Launcher:
         self.fn, self.meta = fn, meta
         self.table: dict = {}
         self.plans: tuple = ()  # launch_guard plans, one per mix of argument kinds seen
-        self.guarded: dict = {}  # (guard key, device, knobs) -> (caches, launch, kernel)
+        self.attempts = 0  # plans tried to build (a refused or off-device call spends one)
         self.off = "debug" in meta  # an explicit debug option is rare; let Triton handle it
         self._driver = driver
         self._runtime = _compat.knobs.runtime
@@ -90,24 +90,26 @@ class Launcher:
         enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
         if not ((enter is None or (type(enter) is _CHAIN and not enter.calls)) and (
                 leave is None or (type(leave) is _CHAIN and not leave.calls))):
-            return self._bound(args, grid, True)[0]  # someone listens: Triton's hooks and metadata
+            return self._bound(args, grid, heard=True)[0]  # someone listens: Triton's hooks and metadata
         for plan in self.plans:
-            found = plan.guard(args)
+            try:
+                found = plan.guard(args)
+            except Exception:  # noqa: BLE001 - e.g. a tensor without storage: the binder's path raises as Triton does
+                found = None
             if found is not None:
                 break
         else:
-            return self._bound(args, grid, False)[0]
+            return self._bound(args, grid, plan=True)[0]
         # The guard's key tells the kernel: no binder, no cache key, no metadata.
         active = self._driver.active
         device = active.get_current_device()
         caches = fn.device_caches[device]
         try:
-            key = (found[0], device, fn.debug or runtime.debug, self._read(self._compilation))
-            hit = self.guarded.get(key)
+            hit = plan.entries.get((found[0], device, fn.debug or runtime.debug, self._read(self._compilation)))
         except TypeError:  # an unhashable constexpr value
             return fn.run(*args, grid=grid, warmup=False, **self.meta)
         if hit is None or hit[0] is not caches:
-            return self._learn(key, caches, args, grid)
+            return self._learn(plan, found[0], args, grid)
         stream = active.get_current_stream(device)
         if callable(grid):
             grid = grid(plan.bound(args))
@@ -115,17 +117,18 @@ class Launcher:
         hit[1](grid[0], grid[1] if size > 1 else 1, grid[2] if size > 2 else 1, stream, found[1])
         return hit[2]
 
-    def _learn(self, key: tuple, caches: tuple, args: tuple, grid: Any) -> Any:
-        """Launch through the binder, and let the guard's ``key`` serve this kernel from now on
-        if the binder's entry for it has been confirmed."""
-        kernel, entry = self._bound(args, grid, False)
-        if entry is not None:
-            self.guarded[key] = (caches, launch_guard.launcher_for(kernel), kernel)
+    def _learn(self, plan: launch_guard.Plan, facts: tuple, args: tuple, grid: Any) -> Any:
+        """Launch through the binder, and let the guard's ``facts`` serve this kernel from now on
+        once the binder's entry for it is confirmed: under the device and knobs the binder read."""
+        kernel, entry, key = self._bound(args, grid)
+        if entry is not None and len(plan.entries) < launch_guard.MOST_ENTRIES:
+            plan.entries[(facts, *key[1:])] = (entry[0], launch_guard.launcher_for(kernel), kernel)
         return kernel
 
-    def _bound(self, args: tuple, grid: Any, heard: bool) -> tuple:
-        """A launch through Triton's binder: ``(kernel, table entry or None)``. Launch hooks and
-        their metadata are Triton's when someone listens (``heard``), else left out."""
+    def _bound(self, args: tuple, grid: Any, heard: bool = False, plan: bool = False) -> tuple:
+        """A launch through Triton's binder: ``(kernel, table entry or None, its key)``. Launch hooks
+        and their metadata are Triton's when someone listens (``heard``), else left out; ``plan``:
+        no plan serves calls like this one, so learn one if its kernel is confirmed."""
         fn, runtime, active = self.fn, self._runtime, self._driver.active
         device = active.get_current_device()
         caches = fn.device_caches[device]
@@ -134,13 +137,14 @@ class Launcher:
             key = (tuple(spec), device, fn.debug or runtime.debug, self._read(self._compilation))
             hit = self.table.get(key)
         except TypeError:  # an unhashable constexpr value
-            return fn.run(*args, grid=grid, warmup=False, **self.meta), None
+            return fn.run(*args, grid=grid, warmup=False, **self.meta), None, None
         if hit is None or hit[0] is not caches:
             kernel = fn.run(*args, grid=grid, warmup=False, **self.meta)
             self._add(key, caches, args, kernel)
-            return kernel, self.table.get(key)
+            return kernel, self.table.get(key), key
         _, kernel, function, packed, run = hit
-        self._plan(args)
+        if plan:
+            self._plan(args, caches)
         stream = active.get_current_stream(device)
         if callable(grid):
             grid = grid(bound)
@@ -153,23 +157,26 @@ class Launcher:
             enter = leave = metadata = None
         run(grid[0], grid[1] if size > 1 else 1, grid[2] if size > 2 else 1, stream, function, packed, metadata,
             enter, leave, *values)
-        return kernel, hit
+        return kernel, hit, key
 
-    def _plan(self, args: tuple) -> None:
-        """Learn a plan for this call's argument kinds, once its kernel has been confirmed."""
-        if len(self.plans) < launch_guard.MOST_PLANS and not any(p.guard(args) for p in self.plans):
-            plan, why = launch_guard.build(self.fn, self.meta, args)
-            if plan is None:
-                self.plans += (_NO_PLAN,)  # a slot spent: at most MOST_PLANS attempts in all
-                refusals[getattr(self.fn, "__name__", repr(self.fn))] = f"no launch guard: {why}"
-            else:
-                self.plans += (plan,)
+    def _plan(self, args: tuple, caches: tuple) -> None:
+        """Learn a plan for this call's argument kinds, once its kernel has been confirmed; a few
+        tries in all, so that a call the guard cannot serve costs the binder's path nothing more."""
+        if self.attempts >= _MOST_ATTEMPTS or len(self.plans) >= launch_guard.MOST_PLANS:
+            return
+        self.attempts += 1
+        plan, why = launch_guard.build(self.fn, self.meta, args, caches[-2])
+        if plan is None:
+            guard_refusals[getattr(self.fn, "__name__", repr(self.fn))] = why
+        elif plan.kinds not in [p.kinds for p in self.plans if p.arity == plan.arity]:
+            self.plans += (plan,)
 
     def _add(self, key: tuple, caches: tuple, args: tuple, kernel: Any) -> None:
         """Remember ``kernel`` for ``key`` once Triton's own cache key confirms it is the one."""
         problem = self._check(caches, args, kernel)
         if problem is None:
-            self.table[key] = (caches, kernel, kernel.function, kernel.packed_metadata, kernel.run)
+            if len(self.table) < launch_guard.MOST_ENTRIES:
+                self.table[key] = (caches, kernel, kernel.function, kernel.packed_metadata, kernel.run)
         else:
             self.off = True
             refusals[getattr(self.fn, "__name__", repr(self.fn))] = problem

@@ -19,7 +19,7 @@ skipping ``CudaLauncher.__call__`` when the kernel needs no scratch memory; othe
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from .. import _compat
@@ -28,8 +28,10 @@ from .. import _compat
 GUARDED_RELEASES = {(3, 6), (3, 8), (3, 9)}
 #: The C launcher's argument order, by release: one module per kernel (3.6), one shared (3.8+).
 _C_LAUNCH = {(3, 6): "per_kernel", (3, 8): "shared", (3, 9): "shared"}
-#: Most plans one launcher keeps (one per mix of argument kinds: an optional pointer given or None).
+#: Most plans one launcher keeps (one per mix of argument kinds: an optional pointer given or None),
+#: and most entries one plan keeps (a NaN constexpr never finds its own entry again).
 MOST_PLANS = 4
+MOST_ENTRIES = 1024
 #: The tensor attribute that says its pointer is the device's (the launcher's own check, done here).
 DEVICE_ATTR = "is_cuda"
 
@@ -39,12 +41,15 @@ _I32, _I64, _U64 = 2**31, 2**63, 2**64
 @dataclass(frozen=True)
 class Plan:
     """For calls with ``arity`` positional arguments of ``kinds``: ``guard(args)`` gives
-    ``(key, values)`` or None, ``bound(args)`` the parameter dict a callable grid is given."""
+    ``(key, values)`` or None, ``bound(args)`` the parameter dict a callable grid is given.
+    ``entries`` maps this plan's keys (with the device and knobs) to what they launch: keys of two
+    plans never meet, as one plan's ``None`` or float adds nothing where another's tensor adds two."""
 
     arity: int
     kinds: tuple
     guard: Callable[[tuple], Optional[tuple]]
     bound: Callable[[tuple], dict]
+    entries: dict = field(default_factory=dict, compare=False)
 
 
 def _tensor_types() -> frozenset:
@@ -85,24 +90,45 @@ def _sources(fn: Any, meta: dict, arity: int) -> tuple[list, str]:
     return sources, ""
 
 
-def build(fn: Any, meta: dict, args: tuple, device_attr: Optional[str] = None) -> tuple[Optional[Plan], str]:
-    """A plan for calls shaped like ``args`` (``meta``: the config's launch keywords), or
+def kinds_of(fn: Any, args: tuple) -> tuple:
+    """The kind of each positional argument (None where the guard cannot tell Triton's specialisation)."""
+    tensors = _tensor_types()
+    params = fn.params
+    return tuple(_kind(value, i < len(params) and params[i].is_constexpr, tensors) for i, value in enumerate(args))
+
+
+def build(fn: Any, meta: dict, args: tuple, backend: Any,
+          device_attr: Optional[str] = None) -> tuple[Optional[Plan], str]:
+    """A plan for calls shaped like ``args`` (``meta``: the config's launch keywords; ``backend``: the
+    compiler backend of the device's cache, whose specialisation the plan must match), or
     ``(None, why)``. ``device_attr``: the tensor attribute checked in place of ``DEVICE_ATTR``."""
     if _compat.TRITON_VERSION not in GUARDED_RELEASES:
         return None, "this Triton release's specialisation is not checked here"
+    if getattr(getattr(backend, "target", None), "backend", None) != "cuda" or getattr(
+            backend, "supports_native_tensor_specialization", False) is not True:
+        return None, "the backend specialises tensors beyond their dtype and alignment"
     sources, why = _sources(fn, meta, len(args))
     if why:
         return None, why
-    tensors = _tensor_types()
-    kinds = tuple(_kind(value, fn.params[i].is_constexpr, tensors) for i, value in enumerate(args))
+    kinds = kinds_of(fn, args)
     if None in kinds:
         return None, f"argument {kinds.index(None)} is of a kind Triton specialises otherwise"
-    namespace: dict = {"_T": tensors}
+    namespace: dict = {"_T": _tensor_types()}
     text = _source([p.name for p in fn.params], sources, kinds, device_attr or DEVICE_ATTR, namespace)
     exec(text, namespace)  # noqa: S102
-    if namespace["guard"](args) is None:
+    try:
+        found = namespace["guard"](args)
+    except Exception as exc:  # noqa: BLE001 - e.g. a tensor without storage: the binder's path says so
+        return None, f"the guard cannot read the arguments ({type(exc).__name__})"
+    if found is None:
         return None, "a tensor argument is not on the device"
     return Plan(len(args), kinds, namespace["guard"], namespace["bound"]), ""
+
+
+def on_device(args: tuple, kinds: tuple, device_attr: Optional[str] = None) -> bool:
+    """Whether every tensor argument is on the device (a pinned or CPU tensor goes through the binder)."""
+    attr = device_attr or DEVICE_ATTR
+    return all(getattr(a, attr, False) for a, kind in zip(args, kinds) if kind == "tensor")
 
 
 def _tuple(items: list) -> str:
