@@ -22,7 +22,7 @@ length, floats, a flag, a constexpr), and, where they import, real-library ops a
 (fla's ``l2norm`` and ``rms_norm`` on one token), whose whole call is timed. ``decode`` is one step of
 a batch-1 decoder's small kernels (add, layernorm, scale, softmax, add on one 4096-wide row),
 outputs allocated as a model would. Each tuned launch is checked against the direct launch's output.
-fla launches its kernels with keyword arguments. The plugin side reports, per case, whether a launch
+fla launches its kernels with every argument by keyword. The plugin side reports, per case, whether a launch
 guard served its launches (``served``), why any launcher or guard refused, and each case's GPU time
 per launch (``device_us``, CUPTI): a host time close to it means the queue, not the host, set the pace.
 """

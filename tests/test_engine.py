@@ -527,9 +527,12 @@ def _which(out, n, BLOCK: tl.constexpr):
     tl.store(out + offs, tl.zeros([BLOCK], dtype=tl.float32) + BLOCK, mask=offs < n)
 
 
-def _ran(kernel, n=64):
+def _ran(kernel, n=64, by_keyword=False):
     out = torch.zeros(n, device=DEVICE)
-    kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](out, n)
+    if by_keyword:  # as libraries (and triton.heuristics) pass kernel arguments
+        kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](n=n, out=out)
+    else:
+        kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](out, n)
     assert (out == out[0]).all()
     return int(out[0])
 
@@ -547,19 +550,20 @@ _EDITS = {
 }
 
 
+@pytest.mark.parametrize("by_keyword", [False, True])
 @pytest.mark.parametrize("edit", sorted(_EDITS))
-def test_every_edit_of_upstreams_cache_is_honoured_on_the_fast_path(edit, recorder):
+def test_every_edit_of_upstreams_cache_is_honoured_on_the_fast_path(edit, by_keyword, recorder):
     configs = [triton.Config({"BLOCK": b}) for b in (16, 32, 64)]
     kernel = triton.autotune(configs=configs, key=["n"])(_which)
-    picked = _ran(kernel)
-    _ran(kernel)
+    picked = _ran(kernel, by_keyword=by_keyword)
+    _ran(kernel, by_keyword=by_keyword)
     assert "run" in kernel.__dict__ and len(recorder.records) == 1  # the fast path is in place
     (key,) = kernel.cache
     other = next(c for c in configs if c.kwargs["BLOCK"] != picked)
     _EDITS[edit](kernel, key, other)
     expected = other.kwargs["BLOCK"] if key in kernel.cache else None
     for _ in range(2):  # the full path, then the fast one again
-        ran = _ran(kernel)
+        ran = _ran(kernel, by_keyword=by_keyword)
         if expected is None:  # tuned again, as upstream would, and then it runs the new pick
             assert len(recorder.records) == 2 and ran == kernel.cache[key].kwargs["BLOCK"]
         else:
@@ -701,8 +705,59 @@ def test_fast_path_keeps_dtype_and_keyword_launches_apart(recorder):
     y = torch.zeros_like(x)
     kernel[GRID(200)](x, y, 200)
     assert torch.equal(x, y) and len(recorder.records) == 2  # a new dtype is a new key
-    kernel[GRID(200)](x, y, n=200)  # keywords take the full path and find the same key
+    kernel[GRID(200)](x, y, n=200)  # a keyword launch finds the same key (upstream's), no new tuning
     assert len(recorder.records) == 2
+
+
+def test_keyword_launches_take_the_fast_path_under_upstreams_key_for_their_order(recorder, monkeypatch):
+    """Kernel arguments by keyword (libraries pass them so, and ``triton.heuristics`` adds its values
+    so): after the first launch of a shape (which keywords, in which order), its hits skip the full
+    path, and each order keeps upstream's own key, in which that order decides the dtypes' order."""
+    full = _full_launches(monkeypatch)
+    kernel = triton.autotune(configs=CONFIGS, key=["n"])(_copy)
+    x, y16 = rand(200), rand(200).half()
+    grid = GRID(200)
+    y = torch.zeros_like(x)
+    kernel[grid](x, y, 200)  # tunes (the wrapper around the class's run is not counted here)
+    for call in (lambda: kernel[grid](x, y=y, n=200), lambda: kernel[grid](n=200, y=y, x=x),
+                 lambda: kernel[grid](x, n=200, y=y)):
+        full.clear()
+        for _ in range(3):
+            y.zero_()
+            call()
+            assert torch.equal(x, y) and kernel.best_config is kernel.cache[(200, "torch.float32", "torch.float32")]
+        assert len(full) == 1 and len(recorder.records) == 1  # one full launch per shape, the same key
+    # An fp16 output by keyword is a key of its own, in upstream's order of dtypes.
+    kernel[grid](n=200, y=y16, x=x)
+    assert len(recorder.records) == 2 and (200, "torch.float16", "torch.float32") in kernel.cache
+    assert torch.equal(x.half(), y16)
+    full.clear()
+    kernel[grid](x, y=y16, n=200)  # the other order: upstream's key (200, fp32, fp16), tuned anew
+    assert len(recorder.records) == 3 and (200, "torch.float32", "torch.float16") in kernel.cache
+
+
+def test_heuristics_around_an_autotuned_kernel_reach_the_fast_path(recorder, monkeypatch):
+    """``@triton.heuristics`` over ``@triton.autotune`` passes its values by keyword."""
+    full = _full_launches(monkeypatch)
+    tuned = triton.autotune(configs=CONFIGS, key=["n"])(_copy)
+    kernel = triton.heuristics({"n": lambda args: args["x"].numel()})(tuned)
+    x = rand(200)
+    for _ in range(4):
+        y = torch.zeros_like(x)
+        kernel[GRID(200)](x, y)
+        assert torch.equal(x, y)
+    # Tuned once, by the first launch (through the class's run); every later one on the fast path.
+    assert len(recorder.records) == 1 and full == []
+
+
+def _full_launches(monkeypatch) -> list:
+    """Counts the launches a per-instance fast path sends on to the full path (``run_wrapper``)."""
+    from triton_dist_plugin.patched import launch
+
+    full: list = []
+    wrapper = launch.run_wrapper
+    monkeypatch.setattr(launch, "run_wrapper", lambda *a: full.append(1) or wrapper(*a))
+    return full
 
 
 def test_deactivate_removes_per_instance_fast_paths():

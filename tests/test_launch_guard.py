@@ -109,11 +109,19 @@ def _value(draw, kind):
 
 @st.composite
 def calls(draw, fn, arity):
+    """Argument kinds for the first ``arity`` parameters, where the positional ones end (the rest go
+    by keyword, in a drawn order), and twelve calls of those kinds: ``(args, launch keywords)``."""
     kinds = []
     for param in fn.params[:arity]:
         kinds.append("constexpr" if param.is_constexpr else draw(st.sampled_from(["tensor", "int", "float", "bool",
                                                                                   "none"])))
-    samples = [tuple(_value(draw, kind) for kind in kinds) for _ in range(12)]
+    split = draw(st.integers(0, arity))
+    names = draw(st.permutations([p.name for p in fn.params[split:arity]]))
+    samples = []
+    for _ in range(12):
+        values = [_value(draw, kind) for kind in kinds]
+        named = dict(zip([p.name for p in fn.params[:arity]], values))
+        samples.append((tuple(values[:split]), {"grid": (1,), "warmup": False, **{n: named[n] for n in names}}))
     return kinds, samples
 
 
@@ -130,20 +138,22 @@ def test_one_guard_key_means_one_specialisation(kernels, name):
     @given(calls(fn, arity))
     def check(drawn):
         kinds, samples = drawn
-        plan, why = launch_guard.build(fn, meta, samples[0], _backend(), device_attr="is_cpu")
+        args, kwargs = samples[0]
+        plan, why = launch_guard.build(fn, meta, args, _backend(), kwargs, device_attr="is_cpu")
         assert plan is not None, why
         assert plan.kinds == tuple(kinds)
         seen: dict = {}
-        for args in samples:
-            found = plan.guard(args)
+        for args, kwargs in samples:
+            found = plan.guard(args, kwargs)
             assert found is not None  # same kinds, on the (stand-in) device
+            named = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
             try:
-                bound, spec, options = binder(*args, **meta)
+                bound, spec, options = binder(*args, **named, **meta)
             except OverflowError:  # Triton refuses it; its key is one no launch ever stores
                 assert "u64" not in str(found[0]) and found[0].count(3) >= 1
                 continue
-            assert list(plan.bound(args)) == list(bound)
-            assert all(a is b for a, b in zip(plan.bound(args).values(), bound.values()))
+            assert list(plan.bound(args, kwargs)) == list(bound)
+            assert all(a is b for a, b in zip(plan.bound(args, kwargs).values(), bound.values()))
             assert found[1] == _launch_values(bound)
             assert seen.setdefault(found[0], tuple(spec)) == tuple(spec), (found[0], seen[found[0]], spec)
 
@@ -152,28 +162,41 @@ def test_one_guard_key_means_one_specialisation(kernels, name):
 
 def test_the_guard_refuses_every_other_shape_of_call(kernels):
     fn, _, meta = kernels["add"]
-    x, cuda = torch.zeros(64), _backend()
+    x, cuda, launch = torch.zeros(64), _backend(), {"grid": (1,), "warmup": False}
 
-    def build(args, meta=meta, backend=cuda, device_attr="is_cpu"):
-        return launch_guard.build(fn, meta, args, backend, device_attr=device_attr)
+    def build(args, meta=meta, backend=cuda, device_attr="is_cpu", **named):
+        return launch_guard.build(fn, meta, args, backend, {**launch, **named}, device_attr=device_attr)
+
+    def guard(plan, args, **named):
+        try:
+            return plan.guard(args, {**launch, **named})
+        except KeyError:  # another keyword than the plan's: the launcher takes this for a refusal
+            return None
 
     plan, why = build((x, x, x, 8))
     assert plan is not None, why
-    assert plan.guard((x, x, x, 8)) is not None
-    assert plan.guard((x, x, x)) is None  # arity
-    assert plan.guard((x, x, x, 8.0)) is None and plan.guard((x, x, x, True)) is None  # kinds
-    assert plan.guard((x, x, None, 8)) is None
-    assert plan.guard((x, x, x.to("meta"), 8)) is None  # off the device
+    assert guard(plan, (x, x, x, 8)) is not None
+    assert guard(plan, (x, x, x)) is None  # arity
+    assert guard(plan, (x, x, x), n=8) is None  # a keyword where the plan has a positional argument
+    assert guard(plan, (x, x, x, 8.0)) is None and guard(plan, (x, x, x, True)) is None  # kinds
+    assert guard(plan, (x, x, None, 8)) is None
+    assert guard(plan, (x, x, x.to("meta"), 8)) is None  # off the device
 
     class Sub(torch.Tensor):
         pass
 
-    assert plan.guard((x.as_subclass(Sub), x, x, 8)) is None
+    assert guard(plan, (x.as_subclass(Sub), x, x, 8)) is None
     param = torch.nn.Parameter(x)
-    assert plan.guard((param, x, x, 8)) is not None  # a Parameter is specialised as a tensor
+    assert guard(plan, (param, x, x, 8)) is not None  # a Parameter is specialised as a tensor
+    keyed, why = build((x, x), n=8, out=x)
+    assert keyed is not None and keyed.names == ("out", "n"), why
+    assert guard(keyed, (x, x), out=x, n=8) is not None and guard(keyed, (x, x), n=8, out=x) is not None
+    assert guard(keyed, (x, x), out=x, n=8, BLOCK=4) is None and guard(keyed, (x, x), y=x, n=8) is None
     assert build((x, x, x, 8), device_attr=None)[0] is None  # not on CUDA: is_cuda is the default check
     assert build((x.as_subclass(Sub), x, x, 8))[0] is None
     assert "given twice" in build((x, x, x, 8, 128))[1]
+    assert "given twice" in build((x, x, x, 8), BLOCK=128)[1]
+    assert "not a parameter" in build((x, x, x), n=8, num_warps=4)[1]
     assert "missing" in build((x, x, x, 8), meta={})[1]
     assert build((x, x, x, (1, 2)))[0] is None  # a tuple argument
     # AMD's backend adds a buffer-ops fact (storage under 2 GiB) the key does not hold: no guard there.
@@ -257,10 +280,13 @@ def _same(a: tuple, b: tuple) -> bool:
                                                and type(x) is type(y) and x == y) for x, y in zip(a, b))
 
 
-def _step(fn, meta, launcher, args, grid, change):
-    """One launch through ``launcher`` and the same through Triton's own ``run``: the same kernel,
-    grid, stream and values (a tensor may come as its pointer where nobody listens to the launch)."""
+def _step(fn, meta, launcher, call, grid, change):
+    """One launch of ``call`` (positional arguments, kernel arguments by keyword) through
+    ``launcher`` and the same through Triton's own ``run``: the same kernel, grid, stream and values
+    (a tensor may come as its pointer where nobody listens to the launch)."""
     from triton import knobs
+
+    args, named = call
 
     if change == "reset":  # Triton's kernel cache for the device made anew: every kernel compiles again
         fn.device_caches[0] = ({}, {}, *fn.device_caches[0][2:])
@@ -273,9 +299,9 @@ def _step(fn, meta, launcher, args, grid, change):
         if chain is not None:
             chain.add(seen.append)
         try:
-            expected = fn.run(*args, grid=grid, warmup=False, **meta)
+            expected = fn.run(*args, grid=grid, warmup=False, **named, **meta)
             want = expected.launches.pop()
-            kernel = launcher(args, grid)
+            kernel = launcher(args, {"grid": grid, "warmup": False, **named})
         finally:
             if chain is not None:
                 chain.remove(seen.append)
@@ -303,10 +329,13 @@ def test_the_launcher_launches_what_triton_would_on_every_path(kernels, monkeypa
     _standin(fn, monkeypatch)
     base = torch.zeros(256)
     # Mixes of kinds whose facts line up alike (a None or a float adds none, a tensor two): each plan
-    # keeps its own entries, so none is served another's kernel.
-    pool = [(base, base, base, 64), (base[1:], base, base, 64), (base, base, base[4:], 1), (base, base, base, 17),
-            (base, None, base, 64), (None, base, base, 64), (base.half(), base.half(), base.half(), 2**33),
-            (base, base, base, 64.0), (base, base, base, True)]
+    # keeps its own entries, so none is served another's kernel. Then kernel arguments by keyword,
+    # in any order, as libraries pass them.
+    pool = [((base, base, base, 64), {}), ((base[1:], base, base, 64), {}), ((base, base, base[4:], 1), {}),
+            ((base, base, base, 17), {}), ((base, None, base, 64), {}), ((None, base, base, 64), {}),
+            ((base.half(), base.half(), base.half(), 2**33), {}), ((base, base, base, 64.0), {}),
+            ((base, base, base, True), {}), ((base, base), {"out": base, "n": 64}),
+            ((base,), {"n": 16, "out": base[4:], "y": base}), ((), {"x": base, "y": None, "out": base, "n": 1})]
     grids = [(3,), (2, 5), lambda meta_: (meta_["n"] // meta_["BLOCK"] + 1, meta_["out"].numel() % 7, 2)]
 
     @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
@@ -323,12 +352,12 @@ def test_the_launcher_launches_what_triton_would_on_every_path(kernels, monkeypa
     # grid, up to MOST_PLANS mixes of kinds; the calls of the mixes after those take the binder.
     launcher = direct.Launcher(fn, meta)
     mixes: list = []
-    for args in pool:
-        mix = launch_guard.kinds_of(fn, args)
+    for args, named in pool:
+        mix = (len(args), frozenset(named), launch_guard.kinds_of(fn, args, named))
         mixes += [mix] if mix not in mixes else []
         for grid in grids:
-            served = [_step(fn, meta, launcher, args, grid, "") for _ in range(4)]
-            assert served[-1] is (mixes.index(mix) < launch_guard.MOST_PLANS), (args, grid)
+            served = [_step(fn, meta, launcher, (args, named), grid, "") for _ in range(4)]
+            assert served[-1] is (mixes.index(mix) < launch_guard.MOST_PLANS), (args, named, grid)
     assert len(launcher.plans) == launch_guard.MOST_PLANS
 
 
@@ -344,7 +373,8 @@ def test_a_kernel_is_learned_under_the_knobs_its_binder_read(kernels, monkeypatc
     x = torch.zeros(64)
     args = (x, x, x, 64)
     launcher = direct.Launcher(fn, meta)
-    launcher(args, (1,)), launcher(args, (1,))  # the binder's entry, then a plan
+    launch = {"grid": (1,), "warmup": False}
+    launcher(args, launch), launcher(args, launch)  # the binder's entry, then a plan
     bound = direct.Launcher._bound
 
     def racing(self, *a, **k):
@@ -356,6 +386,6 @@ def test_a_kernel_is_learned_under_the_knobs_its_binder_read(kernels, monkeypatc
 
     with knobs.runtime.scope():
         monkeypatch.setattr(direct.Launcher, "_bound", racing)
-        launcher(args, (1,))  # the guard's key read debug off; the binder launched the debug kernel
+        launcher(args, launch)  # the guard's key read debug off; the binder launched the debug kernel
         monkeypatch.setattr(direct.Launcher, "_bound", bound)
-        assert launcher(args, (1,)) is fn.run(*args, grid=(1,), warmup=False, **meta)
+        assert launcher(args, launch) is fn.run(*args, grid=(1,), warmup=False, **meta)

@@ -7,8 +7,9 @@ specialisation and looked its tuple up; the guard path asks a ``launch_guard`` p
 the launch values instead. Both are timed here on real ``JITFunction``s, with Triton's own binder
 built for a CUDA target (which needs no driver) and CPU tensors standing in for device ones (the
 plan checks ``is_cpu`` in place of ``is_cuda``): ``add`` (three pointers and a length) and a kernel
-of 20 arguments. Microseconds per call, median of 15 alternating rounds of 20,000 calls. The GPU
-launch itself is not here: ``benchmarks/bench_launch_gpu.py`` measures the whole launch on a GPU.
+of 20 arguments, each with its arguments positional and by keyword. Microseconds per call, median
+of 15 alternating rounds of 20,000 calls. The GPU launch itself is not here:
+``benchmarks/bench_launch_gpu.py`` measures the whole launch on a GPU.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def _per_call(f, iters: int = 20000) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="launch_guard_parts_cpu.json", help="file name under benchmarks/results/")
-    args = parser.parse_args()
+    options = parser.parse_args()
     import torch
     import triton
     from triton.backends import backends
@@ -73,14 +74,21 @@ def main() -> None:
         for name, fn in kernels.items():
             call, meta = calls[name]
             binder = create_function_from_signature(fn.signature, fn.params, backend)
-            plan, why = launch_guard.build(fn, meta, call, device_attr="is_cpu")
-            assert plan is not None, why
-            table = {tuple(binder(*call, **meta)[1]): 1}
-            guarded = {plan.guard(call)[0]: 1}
-            rows[f"{name}: binder + specialisation lookup (previous path)"] = (
-                lambda b=binder, c=call, m=meta, t=table: t.get(tuple(b(*c, **m)[1])))
-            rows[f"{name}: guard + key lookup"] = lambda p=plan, c=call, t=guarded: t.get(p.guard(c)[0])
-            rows[f"{name}: bound dict for a grid lambda (guard)"] = lambda p=plan, c=call: p.bound(c)
+            names = [p.name for p in fn.params][:len(call)]
+            shapes = {"": (call, {"grid": (1,), "warmup": False}),
+                      ", by keyword": ((), {"grid": (1,), "warmup": False, **dict(zip(names, call))})}
+            for how, (args, kwargs) in shapes.items():
+                named = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
+                plan, why = launch_guard.build(fn, meta, args, backend, kwargs, device_attr="is_cpu")
+                assert plan is not None, why
+                table = {tuple(binder(*args, **named, **meta)[1]): 1}
+                guarded = {plan.guard(args, kwargs)[0]: 1}
+                rows[f"{name}{how}: binder + specialisation lookup (previous path)"] = (
+                    lambda b=binder, a=args, k=named, m=meta, t=table: t.get(tuple(b(*a, **k, **m)[1])))
+                rows[f"{name}{how}: guard + key lookup"] = (
+                    lambda p=plan, a=args, k=kwargs, t=guarded: t.get(p.guard(a, k)[0]))
+                rows[f"{name}{how}: bound dict for a grid lambda (guard)"] = (
+                    lambda p=plan, a=args, k=kwargs: p.bound(a, k))
     times: dict = {k: [] for k in rows}
     for _ in range(15):
         for k, f in rows.items():
@@ -89,10 +97,10 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from _common import save_results
 
-    save_results(Path(args.out).name, {"triton": triton.__version__, "torch": torch.__version__,
+    save_results(Path(options.out).name, {"triton": triton.__version__, "torch": torch.__version__,
                                        "python": sys.version.split()[0], "median_us": out})
     for k, v in out.items():
-        print(f"{k:55s} {v:6.2f} us")
+        print(f"{k:67s} {v:6.2f} us")
 
 
 if __name__ == "__main__":

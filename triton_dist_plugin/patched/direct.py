@@ -38,6 +38,11 @@ _MOST_ATTEMPTS = 8
 
 #: Triton's launch-hook chain (3.6+): an empty one has no listener, so it and its metadata are skipped.
 _CHAIN = getattr(_compat.knobs, "HookChain", type("NoHookChain", (), {}))
+def _named(kwargs: dict) -> dict:
+    """The kernel arguments among a launch's keywords."""
+    return {k: v for k, v in kwargs.items() if k != "grid" and k != "warmup"} if len(kwargs) > 2 else {}
+
+
 def _compilation_knobs() -> list[str]:
     """Compilation knobs that ``JITFunction.run`` copies into the options besides ``debug``."""
     group = _compat.knobs.compilation
@@ -82,24 +87,26 @@ class Launcher:
         values = (values,) if len(self._names) == 1 else values or ()
         return {"debug": self.fn.debug or self._runtime.debug, **dict(zip(self._names, values))}
 
-    def __call__(self, args: tuple, grid: Any) -> Any:
+    def __call__(self, args: tuple, kwargs: dict) -> Any:
+        """Launch with the positional ``args`` and the launch's keywords ``kwargs`` (``grid``,
+        ``warmup`` false, and any kernel arguments given by keyword)."""
         fn, runtime = self.fn, self._runtime
         if self.off or fn.pre_run_hooks or fn.used_global_vals or (
                 self._stage_hook and runtime.add_stages_inspection_hook is not None):
-            return fn.run(*args, grid=grid, warmup=False, **self.meta)
+            return fn.run(*args, **kwargs, **self.meta)
         enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
         if not ((enter is None or (type(enter) is _CHAIN and not enter.calls)) and (
                 leave is None or (type(leave) is _CHAIN and not leave.calls))):
-            return self._bound(args, grid, heard=True)[0]  # someone listens: Triton's hooks and metadata
+            return self._bound(args, kwargs, heard=True)[0]  # someone listens: Triton's hooks and metadata
         for plan in self.plans:
             try:
-                found = plan.guard(args)
-            except Exception:  # noqa: BLE001 - e.g. a tensor without storage: the binder's path raises as Triton does
+                found = plan.guard(args, kwargs)
+            except Exception:  # noqa: BLE001 - another keyword, a tensor without storage: the binder's path
                 found = None
             if found is not None:
                 break
         else:
-            return self._bound(args, grid, plan=True)[0]
+            return self._bound(args, kwargs, plan=True)[0]
         # The guard's key tells the kernel: no binder, no cache key, no metadata.
         active = self._driver.active
         device = active.get_current_device()
@@ -107,45 +114,48 @@ class Launcher:
         try:
             hit = plan.entries.get((found[0], device, fn.debug or runtime.debug, self._read(self._compilation)))
         except TypeError:  # an unhashable constexpr value
-            return fn.run(*args, grid=grid, warmup=False, **self.meta)
+            return fn.run(*args, **kwargs, **self.meta)
         if hit is None or hit[0] is not caches:
-            return self._learn(plan, found[0], args, grid)
+            return self._learn(plan, found[0], args, kwargs)
         stream = active.get_current_stream(device)
+        grid = kwargs["grid"]
         if callable(grid):
-            grid = grid(plan.bound(args))
+            grid = grid(plan.bound(args, kwargs))
         size = len(grid)
         hit[1](grid[0], grid[1] if size > 1 else 1, grid[2] if size > 2 else 1, stream, found[1])
         return hit[2]
 
-    def _learn(self, plan: launch_guard.Plan, facts: tuple, args: tuple, grid: Any) -> Any:
+    def _learn(self, plan: launch_guard.Plan, facts: tuple, args: tuple, kwargs: dict) -> Any:
         """Launch through the binder, and let the guard's ``facts`` serve this kernel from now on
         once the binder's entry for it is confirmed: under the device and knobs the binder read."""
-        kernel, entry, key = self._bound(args, grid)
+        kernel, entry, key = self._bound(args, kwargs)
         if entry is not None and len(plan.entries) < launch_guard.MOST_ENTRIES:
             plan.entries[(facts, *key[1:])] = (entry[0], launch_guard.launcher_for(kernel), kernel)
         return kernel
 
-    def _bound(self, args: tuple, grid: Any, heard: bool = False, plan: bool = False) -> tuple:
+    def _bound(self, args: tuple, kwargs: dict, heard: bool = False, plan: bool = False) -> tuple:
         """A launch through Triton's binder: ``(kernel, table entry or None, its key)``. Launch hooks
         and their metadata are Triton's when someone listens (``heard``), else left out; ``plan``:
         no plan serves calls like this one, so learn one if its kernel is confirmed."""
         fn, runtime, active = self.fn, self._runtime, self._driver.active
         device = active.get_current_device()
         caches = fn.device_caches[device]
-        bound, spec, _ = caches[-1](*args, **self.meta)
+        named = _named(kwargs)
+        bound, spec, _ = caches[-1](*args, **named, **self.meta)
         try:
             key = (tuple(spec), device, fn.debug or runtime.debug, self._read(self._compilation))
             hit = self.table.get(key)
         except TypeError:  # an unhashable constexpr value
-            return fn.run(*args, grid=grid, warmup=False, **self.meta), None, None
+            return fn.run(*args, **kwargs, **self.meta), None, None
         if hit is None or hit[0] is not caches:
-            kernel = fn.run(*args, grid=grid, warmup=False, **self.meta)
-            self._add(key, caches, args, kernel)
+            kernel = fn.run(*args, **kwargs, **self.meta)
+            self._add(key, caches, args, named, kernel)
             return kernel, self.table.get(key), key
         _, kernel, function, packed, run = hit
         if plan:
-            self._plan(args, caches)
+            self._plan(args, kwargs, caches)
         stream = active.get_current_stream(device)
+        grid = kwargs["grid"]
         if callable(grid):
             grid = grid(bound)
         size = len(grid)
@@ -159,21 +169,21 @@ class Launcher:
             enter, leave, *values)
         return kernel, hit, key
 
-    def _plan(self, args: tuple, caches: tuple) -> None:
+    def _plan(self, args: tuple, kwargs: dict, caches: tuple) -> None:
         """Learn a plan for this call's argument kinds, once its kernel has been confirmed; a few
         tries in all, so that a call the guard cannot serve costs the binder's path nothing more."""
         if self.attempts >= _MOST_ATTEMPTS or len(self.plans) >= launch_guard.MOST_PLANS:
             return
         self.attempts += 1
-        plan, why = launch_guard.build(self.fn, self.meta, args, caches[-2])
+        plan, why = launch_guard.build(self.fn, self.meta, args, caches[-2], kwargs)
         if plan is None:
             guard_refusals[getattr(self.fn, "__name__", repr(self.fn))] = why
-        elif plan.kinds not in [p.kinds for p in self.plans if p.arity == plan.arity]:
+        elif (plan.arity, plan.names, plan.kinds) not in [(p.arity, p.names, p.kinds) for p in self.plans]:
             self.plans += (plan,)
 
-    def _add(self, key: tuple, caches: tuple, args: tuple, kernel: Any) -> None:
+    def _add(self, key: tuple, caches: tuple, args: tuple, named: dict, kernel: Any) -> None:
         """Remember ``kernel`` for ``key`` once Triton's own cache key confirms it is the one."""
-        problem = self._check(caches, args, kernel)
+        problem = self._check(caches, args, named, kernel)
         if problem is None:
             if len(self.table) < launch_guard.MOST_ENTRIES:
                 self.table[key] = (caches, kernel, kernel.function, kernel.packed_metadata, kernel.run)
@@ -181,10 +191,10 @@ class Launcher:
             self.off = True
             refusals[getattr(self.fn, "__name__", repr(self.fn))] = problem
 
-    def _check(self, caches: tuple, args: tuple, kernel: Any) -> Optional[str]:
+    def _check(self, caches: tuple, args: tuple, named: dict, kernel: Any) -> Optional[str]:
         if getattr(kernel, "function", None) is None or not hasattr(kernel, "packed_metadata"):
             return "the launched kernel has no loaded function"
-        _, spec, options = caches[-1](*args, **self.meta, **self._options())
+        _, spec, options = caches[-1](*args, **named, **self.meta, **self._options())
         if len(caches) == 5:  # 3.5+: (kernel cache, key cache, target, backend, binder)
             from triton.runtime.jit import compute_cache_key
 

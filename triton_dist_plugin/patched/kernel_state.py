@@ -40,9 +40,10 @@ def dtype_str(dtype: Any) -> str:
 class KernelState:
     """Per-``Autotuner`` facts derived once: key positions and each config's launch keywords.
 
-    ``fast`` maps a raw key (key values, then the dtype *objects* of tensor arguments, all passed
-    positionally) to ``(config, launch keywords, direct launcher or None, upstream's key)``: what
-    a hit needs, without turning dtypes into strings on every launch. A hit counts only while
+    ``fast`` maps a raw key (key values, then the dtype *objects* of tensor arguments; for a launch
+    with kernel arguments by keyword, first a token of its shape, see ``keyword_key``) to
+    ``(config, launch keywords, direct launcher or None, upstream's key)``: what a hit needs,
+    without turning dtypes into strings on every launch. A hit counts only while
     upstream's ``cache`` still holds that very config for that key, so every edit of ``cache``
     (set, replace, delete, clear, or a new dict) is honoured as upstream honours it.
 
@@ -55,8 +56,8 @@ class KernelState:
     """
 
     __slots__ = ("arg_names", "arg_set", "keys", "key_pos", "key_get", "min_args", "launch", "launchers", "name",
-                 "fast", "generate", "hints", "crossed", "interpreted", "rankings", "substituted", "loop_picks",
-                 "__weakref__")
+                 "fast", "shapes", "generate", "hints", "crossed", "interpreted", "rankings", "substituted",
+                 "loop_picks", "__weakref__")
 
     def __init__(self, tuner: Any):
         self.arg_names = list(tuner.arg_names)
@@ -70,6 +71,7 @@ class KernelState:
         self.launch: dict = {}  # id(config) -> (config, launch keywords, (all_kwargs(), pre_hook) they came from)
         self.launchers: dict = {}  # id(config) -> its direct launcher (None where none is usable)
         self.fast: dict = {}
+        self.shapes: dict = {}  # (positional count, keyword names) -> the raw key of such launches, or None
         self.name = _compat.base_function(tuner.fn).__name__
         self.interpreted = _compat.is_interpreted(tuner.fn)
         self.hints = tuner.__dict__.get("tdp_hints") or {}
@@ -101,6 +103,17 @@ class KernelState:
         key = [named[k] for k in self.keys if k in named]
         key += [dtype_str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
         return tuple(key)
+
+    def keyword_key(self, arity: int, names: tuple) -> Any:
+        """For launches with ``arity`` positional arguments and the keywords ``names`` (in their
+        order, ``grid`` and ``warmup`` among them): a function ``(args, kwargs)`` giving their raw key
+        in ``fast``, or None where such launches take the full path (a keyword that is no kernel
+        argument, or one given positionally too). The key starts with a token of this shape (the
+        keywords' order decides upstream's key), then holds what upstream's key reads."""
+        shape = (arity, names)
+        if shape not in self.shapes and len(self.shapes) < _MOST_SHAPES:
+            self.shapes[shape] = _keyword_key(self.arg_names, self.keys, arity, names)
+        return self.shapes.get(shape)
 
     def launch_kwargs(self, config: Any) -> dict:
         return self._entry(config)[1]
@@ -191,6 +204,23 @@ def _key_getter(key_pos: list):
         return lambda args: (args[pos], *[getattr(a, "dtype", _NO_DTYPE) for a in args])
     values = operator.itemgetter(*key_pos) if key_pos else (lambda args: ())
     return lambda args: (*values(args), *[getattr(a, "dtype", _NO_DTYPE) for a in args])
+
+
+_MOST_SHAPES = 64
+
+
+def _keyword_key(arg_names: list, keys: list, arity: int, names: tuple) -> Any:
+    """See ``KernelState.keyword_key``: generated for one shape of launch, as Triton generates its binder."""
+    given = [n for n in names if n not in ("grid", "warmup")]
+    if len(given) != len(names) - 2 or arity > len(arg_names) or not set(given) <= set(arg_names[arity:]):
+        return None
+    where = {name: f"args[{i}]" for i, name in enumerate(arg_names[:arity])}
+    where.update({name: f"kw[{name!r}]" for name in given})
+    items = ["token", *(where[k] for k in keys if k in where)]
+    items += [f"getattr({where[n]}, 'dtype', _NO_DTYPE)" for n in [*arg_names[:arity], *given]]
+    namespace = {"token": object(), "_NO_DTYPE": _NO_DTYPE}
+    exec(f"def key(args, kw):\n    return ({', '.join(items)},)", namespace)  # noqa: S102
+    return namespace["key"]
 
 
 def state_of(tuner: Any) -> KernelState:

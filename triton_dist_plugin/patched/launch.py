@@ -62,8 +62,14 @@ def run_wrapper(wrapped, instance, args, kwargs):
             if owner is not None:
                 return owner(instance, state, key, args, kwargs)
             config = tune(instance, state, key, args, kwargs)
-        if len(kwargs) == 2 and len(args) >= state.min_args and config.pre_hook is None:
-            state.fast[state.key_get(args)] = state.hit(config, instance.fn, key)
+        if config.pre_hook is None:
+            if len(kwargs) == 2:  # every kernel argument positional (see _fast_run)
+                raw = state.key_get(args) if len(args) >= state.min_args else None
+            else:
+                keyed = state.keyword_key(len(args), tuple(kwargs))
+                raw = None if keyed is None else keyed(args, kwargs)
+            if raw is not None:
+                state.fast[raw] = state.hit(config, instance.fn, key)
     else:
         config = instance.configs[0]
     if wrapped is not None and "run" not in instance.__dict__ and _plain_run(instance):
@@ -95,21 +101,26 @@ def _fast_run(instance: Any, state: KernelState):
     launch pays for one key and one dict lookup, not for a wrapper call; on a GPU the hit is
     launched by the config's ``direct.Launcher`` rather than ``JITFunction.run``. A hit stands only
     while upstream's ``cache`` holds that very config for the key (one more dict lookup), so any
-    edit of ``cache`` is honoured. Anything unusual (keywords for kernel arguments, a changed
-    ``cache``, a miss, a config ``pre_hook``) takes the full path above.
+    edit of ``cache`` is honoured. Kernel arguments given by keyword (as libraries and
+    ``triton.heuristics`` pass them) find their raw key through the launch's shape (how many
+    positional arguments, which keywords in which order). Anything unusual (a keyword that is no
+    kernel argument, a changed ``cache``, a miss, a config ``pre_hook``) takes the full path above.
     """
-    fast, fast_key, min_args = state.fast, state.key_get, state.min_args
+    fast, fast_key, min_args, shapes = state.fast, state.key_get, state.min_args, state.shapes
 
     def run(*args, **kwargs):
         # Two keywords can only be ``grid`` and ``warmup``: Triton's run() requires both, so a
         # launch with two keywords passed every kernel argument positionally.
-        if len(kwargs) == 2 and len(args) >= min_args:
-            hit = fast.get(fast_key(args))
-            if hit is not None and instance.cache.get(hit[3]) is hit[0]:
-                instance.best_config = hit[0]
-                if hit[2] is not None and not kwargs["warmup"]:
-                    return hit[2](args, kwargs["grid"])
-                return instance.fn.run(*args, **kwargs, **hit[1])
+        if len(kwargs) == 2:
+            hit = fast.get(fast_key(args)) if len(args) >= min_args else None
+        else:
+            keyed = shapes.get((len(args), tuple(kwargs)))
+            hit = None if keyed is None else fast.get(keyed(args, kwargs))
+        if hit is not None and instance.cache.get(hit[3]) is hit[0]:
+            instance.best_config = hit[0]
+            if hit[2] is not None and not kwargs["warmup"]:
+                return hit[2](args, kwargs)
+            return instance.fn.run(*args, **kwargs, **hit[1])
         return run_wrapper(None, instance, args, kwargs)
 
     return run

@@ -38,17 +38,23 @@ DEVICE_ATTR = "is_cuda"
 _I32, _I64, _U64 = 2**31, 2**63, 2**64
 
 
+#: The keywords every launch carries besides the kernel's arguments (``JITFunction.run`` requires both).
+LAUNCH_KEYWORDS = ("grid", "warmup")
+
+
 @dataclass(frozen=True)
 class Plan:
-    """For calls with ``arity`` positional arguments of ``kinds``: ``guard(args)`` gives
-    ``(key, values)`` or None, ``bound(args)`` the parameter dict a callable grid is given.
-    ``entries`` maps this plan's keys (with the device and knobs) to what they launch: keys of two
-    plans never meet, as one plan's ``None`` or float adds nothing where another's tensor adds two."""
+    """For calls with ``arity`` positional arguments and the kernel arguments ``names`` by keyword,
+    of ``kinds`` (signature order): ``guard(args, kwargs)`` gives ``(key, values)`` or None,
+    ``bound(args, kwargs)`` the parameter dict a callable grid is given. ``entries`` maps this
+    plan's keys (with the device and knobs) to what they launch: keys of two plans never meet, as
+    one plan's ``None`` or float adds nothing where another's tensor adds two."""
 
     arity: int
+    names: tuple
     kinds: tuple
-    guard: Callable[[tuple], Optional[tuple]]
-    bound: Callable[[tuple], dict]
+    guard: Callable[[tuple, dict], Optional[tuple]]
+    bound: Callable[[tuple, dict], dict]
     entries: dict = field(default_factory=dict, compare=False)
 
 
@@ -68,19 +74,24 @@ def _kind(value: Any, constexpr: bool, tensors: frozenset) -> Optional[str]:
     return {int: "int", bool: "bool", float: "float"}.get(type(value))
 
 
-def _sources(fn: Any, meta: dict, arity: int) -> tuple[list, str]:
-    """Each parameter's source in signature order: ``("arg", i)`` or ``("const", value)``."""
+def _sources(fn: Any, meta: dict, arity: int, names: frozenset) -> tuple[list, str]:
+    """Each parameter's source in signature order: ``("arg", i)``, ``("kw", name)`` or ``("const", value)``."""
     parameters = list(fn.signature.parameters.values())
     if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY) for p in parameters):
         return [], "the kernel takes *args, **kwargs or keyword-only parameters"
     if arity > len(parameters):
         return [], "more arguments than parameters"
+    unknown = names - {p.name for p in parameters[arity:]}
+    if unknown:
+        return [], f"{sorted(unknown)[0]} is not a parameter left after the positional arguments"
     sources = []
     for i, parameter in enumerate(parameters):
+        if parameter.name in meta and (i < arity or parameter.name in names):
+            return [], f"{parameter.name} is given twice"
         if i < arity:
-            if parameter.name in meta:
-                return [], f"{parameter.name} is given twice"
             sources.append(("arg", i))
+        elif parameter.name in names:
+            sources.append(("kw", parameter.name))
         elif parameter.name in meta:
             sources.append(("const", meta[parameter.name]))
         elif parameter.default is not inspect.Parameter.empty:
@@ -90,69 +101,75 @@ def _sources(fn: Any, meta: dict, arity: int) -> tuple[list, str]:
     return sources, ""
 
 
-def kinds_of(fn: Any, args: tuple) -> tuple:
-    """The kind of each positional argument (None where the guard cannot tell Triton's specialisation)."""
-    tensors = _tensor_types()
-    params = fn.params
-    return tuple(_kind(value, i < len(params) and params[i].is_constexpr, tensors) for i, value in enumerate(args))
+def kinds_of(fn: Any, args: tuple, kwargs: Optional[dict] = None) -> tuple:
+    """The kind of each argument given, in signature order (None where the guard cannot tell
+    Triton's specialisation); ``kwargs`` are the launch's keywords, ``grid`` and ``warmup`` among them."""
+    tensors, kwargs = _tensor_types(), kwargs or {}
+    return tuple(_kind(args[i] if i < len(args) else kwargs[p.name], p.is_constexpr, tensors)
+                 for i, p in enumerate(fn.params) if i < len(args) or p.name in kwargs)
 
 
-def build(fn: Any, meta: dict, args: tuple, backend: Any,
+def build(fn: Any, meta: dict, args: tuple, backend: Any, kwargs: Optional[dict] = None,
           device_attr: Optional[str] = None) -> tuple[Optional[Plan], str]:
-    """A plan for calls shaped like ``args`` (``meta``: the config's launch keywords; ``backend``: the
-    compiler backend of the device's cache, whose specialisation the plan must match), or
-    ``(None, why)``. ``device_attr``: the tensor attribute checked in place of ``DEVICE_ATTR``."""
+    """A plan for calls shaped like ``args`` and ``kwargs`` (the launch's keywords, ``grid`` and
+    ``warmup`` among them; ``meta``: the config's launch keywords; ``backend``: the compiler backend
+    of the device's cache, whose specialisation the plan must match), or ``(None, why)``.
+    ``device_attr``: the tensor attribute checked in place of ``DEVICE_ATTR``."""
+    kwargs = {"grid": None, "warmup": False} if kwargs is None else kwargs
     if _compat.TRITON_VERSION not in GUARDED_RELEASES:
         return None, "this Triton release's specialisation is not checked here"
     if getattr(getattr(backend, "target", None), "backend", None) != "cuda" or getattr(
             backend, "supports_native_tensor_specialization", False) is not True:
         return None, "the backend specialises tensors beyond their dtype and alignment"
-    sources, why = _sources(fn, meta, len(args))
+    if any(k not in kwargs for k in LAUNCH_KEYWORDS):
+        return None, "a launch without grid and warmup keywords"
+    names = frozenset(kwargs).difference(LAUNCH_KEYWORDS)
+    sources, why = _sources(fn, meta, len(args), names)
     if why:
         return None, why
-    kinds = kinds_of(fn, args)
+    kinds = kinds_of(fn, args, kwargs)
     if None in kinds:
         return None, f"argument {kinds.index(None)} is of a kind Triton specialises otherwise"
     namespace: dict = {"_T": _tensor_types()}
-    text = _source([p.name for p in fn.params], sources, kinds, device_attr or DEVICE_ATTR, namespace)
+    text = _source([p.name for p in fn.params], sources, kinds, (len(args), len(kwargs)),
+                   device_attr or DEVICE_ATTR, namespace)
     exec(text, namespace)  # noqa: S102
     try:
-        found = namespace["guard"](args)
+        found = namespace["guard"](args, kwargs)
     except Exception as exc:  # noqa: BLE001 - e.g. a tensor without storage: the binder's path says so
         return None, f"the guard cannot read the arguments ({type(exc).__name__})"
     if found is None:
         return None, "a tensor argument is not on the device"
-    return Plan(len(args), kinds, namespace["guard"], namespace["bound"]), ""
-
-
-def on_device(args: tuple, kinds: tuple, device_attr: Optional[str] = None) -> bool:
-    """Whether every tensor argument is on the device (a pinned or CPU tensor goes through the binder)."""
-    attr = device_attr or DEVICE_ATTR
-    return all(getattr(a, attr, False) for a, kind in zip(args, kinds) if kind == "tensor")
+    ordered = tuple(name for source, name in sources if source == "kw")
+    return Plan(len(args), ordered, kinds, namespace["guard"], namespace["bound"]), ""
 
 
 def _tuple(items: list) -> str:
     return f"({', '.join(items)},)" if items else "()"
 
 
-def _source(names: list, sources: list, kinds: tuple, device_attr: str, namespace: dict) -> str:
-    """The guard and bound functions' text, generated from the kernel's signature (as Triton's binder is)."""
-    checks, on_device, pointers, key, values, bound = [], [], [], [], [], []
+def _source(names: list, sources: list, kinds: tuple, counts: tuple, device_attr: str, namespace: dict) -> str:
+    """The guard and bound functions' text, generated from the kernel's signature (as Triton's binder
+    is); ``counts``: how many positional arguments and keywords a call of this shape has."""
+    checks, on_device, pointers, key, values, bound, reads = [], [], [], [], [], [], []
+    given = iter(kinds)
     for i, (name, (source, what)) in enumerate(zip(names, sources)):
         if source == "const":
             namespace[f"c{i}"] = what
             values.append(f"c{i}")
             bound.append(f"{name!r}: c{i}")
             continue
-        a, kind = f"a{what}", kinds[what]
+        a, kind = f"a{i}", next(given)
+        if source == "kw":
+            reads.append(f"    {a} = kw[{what!r}]")  # a missing keyword: KeyError, the caller's None
         bound.append(f"{name!r}: {a}")
         values.append(a)
         if kind == "tensor":
             checks.append(f"type({a}) not in _T")
             on_device.append(f"{a}.{device_attr}")
-            pointers.append(f"    p{what} = {a}.data_ptr()")
-            key += [f"{a}.dtype", f"p{what} & 15 == 0"]
-            values[-1] = f"p{what}"
+            pointers.append(f"    p{i} = {a}.data_ptr()")
+            key += [f"{a}.dtype", f"p{i} & 15 == 0"]
+            values[-1] = f"p{i}"
         elif kind == "int":  # Triton's facts: value 1, multiple of 16, i32 / i64 / u64 / too large
             checks.append(f"type({a}) is not int")
             key += [f"{a} == 1", f"{a} & 15 == 0", f"0 if {-_I32} <= {a} < {_I32} else 1 if {-_I64} <= {a} < {_I64} "
@@ -163,14 +180,15 @@ def _source(names: list, sources: list, kinds: tuple, device_attr: str, namespac
             key.append(a)
         else:
             checks.append(f"type({a}) is not {kind}")
-    arity = len(kinds)
+    arity, keywords = counts
     unpack = [f"    {''.join(f'a{i}, ' for i in range(arity))}= args"] if arity else []
-    lines = ["def guard(args):", f"    if len(args) != {arity}:", "        return None", *unpack]
+    lines = ["def guard(args, kw):", f"    if len(args) != {arity} or len(kw) != {keywords}:", "        return None",
+             *unpack, *reads]
     if checks:
         lines += [f"    if {' or '.join(checks)}:", "        return None"]
     if on_device:
         lines += [f"    if not ({' and '.join(on_device)}):", "        return None"]
-    lines += [*pointers, f"    return {_tuple(key)}, {_tuple(values)}", "def bound(args):", *unpack,
+    lines += [*pointers, f"    return {_tuple(key)}, {_tuple(values)}", "def bound(args, kw):", *unpack, *reads,
               f"    return {{{', '.join(bound)}}}"]
     return "\n".join(lines)
 
