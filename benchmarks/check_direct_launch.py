@@ -175,6 +175,33 @@ for name, args in cases.items():
     check(f"guard: {name}: JITFunction.run's kernel on every launch, right result, served by the guard",
           all(k is want for k in got[1:]) and ok and any(entry[2] is want for _, entry in entries))
 
+# Kernel arguments by keyword, in two orders (as libraries pass them), and triton.heuristics
+# around the tuner (which passes its values by keyword): the guard serves them too.
+names = ["x", "y", "out", "bias", "size", "n", "stride", "seed", "alpha", "HAS_BIAS"]
+for label, order in (("by keyword", names), ("by keyword, reversed", names[::-1])):
+    args = feature_args()
+    named = dict(zip(names, args))
+    got = []
+    for _ in range(4):
+        args[2].zero_()
+        got.append(tuned_f[fgrid](**{k: named[k] for k in order}))
+    torch.cuda.synchronize()
+    f_meta = tuned_f.best_config.all_kwargs()
+    want = feature_kernel.run(*args, grid=fgrid, warmup=False, **f_meta)
+    f_launcher = next(h[2] for h in f_state.fast.values() if h[0] is tuned_f.best_config)
+    served = any(e[2] is want for plan in f_launcher.plans if plan.names for e in plan.entries.values())
+    ok = torch.allclose(args[2].float(), feature_ref(args).float(), atol=1e-2, rtol=1e-2)
+    check(f"guard: {label}: JITFunction.run's kernel, right result, served by a keyword plan",
+          all(k is want for k in got[1:]) and ok and served)
+with_heuristics = triton.heuristics({"HAS_BIAS": lambda a: a["bias"] is not None})(tuned_f)
+args = feature_args()
+for _ in range(4):
+    args[2].zero_()
+    with_heuristics[fgrid](*args[:-1])
+torch.cuda.synchronize()
+check("heuristics around the tuner: right result",
+      torch.allclose(args[2].float(), feature_ref(args).float(), atol=1e-2, rtol=1e-2))
+
 # A listener (an exit hook added to Triton's chain) gets Triton's metadata, built from the tensors.
 heard: list = []
 seen_meta.clear()

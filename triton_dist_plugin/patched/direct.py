@@ -64,7 +64,7 @@ class Launcher:
     """Launches ``fn`` with one config's keywords (``meta``); see the module docstring."""
 
     __slots__ = ("fn", "meta", "table", "off", "plans", "attempts", "_driver", "_runtime", "_compilation",
-                 "_names", "_read", "_stage_hook")
+                 "_names", "_read", "_stage_hook", "_torch_device", "_raw_device")
 
     def __init__(self, fn: Any, meta: dict):
         from triton.runtime.driver import driver
@@ -80,6 +80,13 @@ class Launcher:
         self._names = _compilation_knobs()
         self._read = operator.attrgetter(*self._names) if self._names else (lambda _: None)
         self._stage_hook = hasattr(self._runtime, "add_stages_inspection_hook")
+        # Triton's CUDA driver asks torch.cuda.current_device, a Python function around torch's C
+        # call, which itself initialises CUDA where needed (and raises in a child forked after
+        # CUDA was initialised): while that is the driver's, the guard's path asks the C call.
+        import torch
+
+        self._torch_device = torch.cuda.current_device
+        self._raw_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
     def _options(self) -> dict:
         """The options ``JITFunction.run`` adds to the config's keywords, in its order."""
@@ -109,7 +116,8 @@ class Launcher:
             return self._bound(args, kwargs, plan=True)[0]
         # The guard's key tells the kernel: no binder, no cache key, no metadata.
         active = self._driver.active
-        device = active.get_current_device()
+        current = active.get_current_device
+        device = self._raw_device() if current is self._torch_device else current()
         caches = fn.device_caches[device]
         try:
             hit = plan.entries.get((found[0], device, fn.debug or runtime.debug, self._read(self._compilation)))
