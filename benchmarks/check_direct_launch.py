@@ -167,10 +167,10 @@ for name, args in cases.items():
         args[2].zero_()
         got.append(tuned_f[fgrid](*args))
     torch.cuda.synchronize()
+    ok = torch.allclose(args[2].float(), feature_ref(args).float(), atol=1e-2, rtol=1e-2)  # before the reference
     f_state = kernel_state.state_of(tuned_f)
     _, f_meta, f_launcher, _ = f_state.fast[f_state.key_get(args)]  # this key's pick and its launcher
     want = feature_kernel.run(*args, grid=fgrid, warmup=False, **f_meta)
-    ok = torch.allclose(args[2].float(), feature_ref(args).float(), atol=1e-2, rtol=1e-2)
     entries = [(key, entry) for plan in f_launcher.plans for key, entry in plan.entries.items()]
     check(f"guard: {name}: JITFunction.run's kernel on every launch, right result, served by the guard",
           all(k is want for k in got[1:]) and ok and any(entry[2] is want for _, entry in entries))
@@ -186,11 +186,11 @@ for label, order in (("by keyword", names), ("by keyword, reversed", names[::-1]
         args[2].zero_()
         got.append(tuned_f[fgrid](**{k: named[k] for k in order}))
     torch.cuda.synchronize()
+    ok = torch.allclose(args[2].float(), feature_ref(args).float(), atol=1e-2, rtol=1e-2)  # before the reference
     f_meta = tuned_f.best_config.all_kwargs()
     want = feature_kernel.run(*args, grid=fgrid, warmup=False, **f_meta)
     f_launcher = next(h[2] for h in f_state.fast.values() if h[0] is tuned_f.best_config)
     served = any(e[2] is want for plan in f_launcher.plans if plan.names for e in plan.entries.values())
-    ok = torch.allclose(args[2].float(), feature_ref(args).float(), atol=1e-2, rtol=1e-2)
     check(f"guard: {label}: JITFunction.run's kernel, right result, served by a keyword plan",
           all(k is want for k in got[1:]) and ok and served)
 with_heuristics = triton.heuristics({"HAS_BIAS": lambda a: a["bias"] is not None})(tuned_f)
@@ -199,8 +199,10 @@ for _ in range(4):
     args[2].zero_()
     with_heuristics[fgrid](*args[:-1])
 torch.cuda.synchronize()
-check("heuristics around the tuner: right result",
-      torch.allclose(args[2].float(), feature_ref(args).float(), atol=1e-2, rtol=1e-2))
+h_launcher = next(h[2] for h in f_state.fast.values() if h[0] is tuned_f.best_config)
+check("heuristics around the tuner: right result, served by a plan with the heuristic's keyword",
+      torch.allclose(args[2].float(), feature_ref(args).float(), atol=1e-2, rtol=1e-2)
+      and any(plan.entries for plan in h_launcher.plans if plan.names == ("HAS_BIAS",)))
 
 # A listener (an exit hook added to Triton's chain) gets Triton's metadata, built from the tensors.
 heard: list = []

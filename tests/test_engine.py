@@ -799,3 +799,84 @@ def test_assigning_do_bench_on_the_tuner_is_what_times_it(recorder, given):
     assert calls == [0, 1] and constructed == []
     assert kernel.best_config.kwargs == {"BLOCK": 64}
     assert recorder.timed == []  # the kernel's own benchmarker replaces the timing hooks
+
+
+@triton.jit
+def _which_extra(out, n, BLOCK: tl.constexpr, extra=None):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + offs, tl.zeros([BLOCK], dtype=tl.float32) + BLOCK, mask=offs < n)
+
+
+@triton.jit
+def _which_meta(out, n, META: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + offs, tl.zeros([BLOCK], dtype=tl.float32) + BLOCK, mask=offs < n)
+
+
+class _Dtyped:
+    """An argument with a ``dtype`` that is no torch dtype: equal across 1, True and 1.0 (whose
+    texts, which upstream's key holds, differ), or unhashable."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+    def __hash__(self):
+        return 1
+
+    def __eq__(self, other):
+        return isinstance(other, _Dtyped)
+
+
+def _one_config_each_miss():
+    """A pruning that hands each miss the next config alone: every tuning shows in the pick."""
+    turn = iter(range(10**6))
+
+    def prune(configs, named_args, **kwargs):
+        return [configs[next(turn) % len(configs)]]
+
+    return {"early_config_prune": prune}
+
+
+def test_a_launch_upstream_rejects_leaves_no_entry_behind(recorder):
+    """``run`` without ``warmup`` (two keywords, one of them a kernel argument) raises as upstream
+    does, and a later valid launch tunes its own key rather than finding the rejected one's."""
+    configs = [triton.Config({"BLOCK": b}) for b in (16, 32, 64)]
+    kernel = triton.autotune(configs=configs, key=["n"], prune_configs_by=_one_config_each_miss())(_which_extra)
+    out, t16 = torch.zeros(64, device=DEVICE), torch.zeros(4, device=DEVICE, dtype=torch.float16)
+    grid = lambda m: (triton.cdiv(64, m["BLOCK"]),)  # noqa: E731
+    kernel[grid](out, 64, extra=t16)
+    with pytest.raises(TypeError):
+        kernel.run(out, 64, grid=grid, extra=t16)
+    for _ in range(2):
+        out.zero_()
+        kernel[grid](out, 64)
+        assert int(out[0]) == 32  # the second tuning's pick, not the first key's (16)
+    assert set(kernel.cache) == {(64, "torch.float32", "torch.float16"), (64, "torch.float32")}
+
+
+@pytest.mark.parametrize("by_keyword", [False, True])
+def test_dtypes_that_are_not_torchs_keep_upstreams_keys(by_keyword, recorder):
+    configs = [triton.Config({"BLOCK": b}) for b in (16, 32, 64)]
+    kernel = triton.autotune(configs=configs, key=["n"], prune_configs_by=_one_config_each_miss())(_which_meta)
+    out = torch.zeros(64, device=DEVICE)
+    grid = lambda m: (triton.cdiv(64, m["BLOCK"]),)  # noqa: E731
+    ran = []
+    for dtype in (1, 1, True, 1.0, {"unhashable": 1}, {"unhashable": 1}):
+        out.zero_()
+        if by_keyword:
+            kernel[grid](out, 64, META=_Dtyped(dtype))
+        else:
+            kernel[grid](out, 64, _Dtyped(dtype))
+        ran.append(int(out[0]))
+    assert ran == [16, 16, 32, 64, 16, 16]  # 1, True, 1.0 and the dict: four keys, as upstream's texts
+    assert {key[-1] for key in kernel.cache} == {"1", "True", "1.0", "{'unhashable': 1}"}
+
+
+def test_a_pre_hook_attached_after_tuning_runs_on_the_next_launch(recorder):
+    kernel = triton.autotune(configs=CONFIGS, key=["n"])(_copy)
+    _launch_copy(kernel)
+    _launch_copy(kernel)
+    called = []
+    kernel.best_config.pre_hook = lambda nargs: called.append(nargs["n"])
+    _launch_copy(kernel)
+    assert called == [200]

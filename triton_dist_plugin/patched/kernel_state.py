@@ -8,6 +8,7 @@ compute the key and look it up. The process-wide flags are set by ``patch`` (ins
 from __future__ import annotations
 
 import operator
+import sys
 import threading
 import weakref
 from typing import Any
@@ -27,14 +28,18 @@ _UPSTREAM_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg"}
 
 
 def dtype_str(dtype: Any) -> str:
-    """``str(dtype)``, memoised: the key needs it for every tensor argument on every launch."""
+    """``str(dtype)``, memoised for torch's dtypes (the key needs it for every tensor argument on
+    every launch). Only those are kept, so no other ``dtype`` finds one: its equality need not follow
+    its text (``1``, ``True`` and ``1.0`` are equal, and upstream's keys tell them apart)."""
     try:
-        return _DTYPE_STR[dtype]
-    except KeyError:
-        _DTYPE_STR[dtype] = text = str(dtype)
-        return text
+        text = _DTYPE_STR.get(dtype)
     except TypeError:  # an unhashable dtype
         return str(dtype)
+    if text is None:
+        text = str(dtype)
+        if type(dtype) is getattr(sys.modules.get("torch"), "dtype", None):
+            _DTYPE_STR[dtype] = text
+    return text
 
 
 class KernelState:
@@ -104,6 +109,33 @@ class KernelState:
         key += [dtype_str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
         return tuple(key)
 
+    def raw_key(self, args: tuple, kwargs: dict) -> Any:
+        """This launch's raw key in ``fast`` (what ``_fast_run`` computes), or None where it must
+        take the full path: launch keywords besides ``grid`` and ``warmup``, a key argument missing,
+        or a ``dtype`` that is not torch's (whose equality and hash agree with its ``str``, which
+        upstream's key holds) or cannot be hashed."""
+        if len(kwargs) == 2:
+            if "grid" not in kwargs or "warmup" not in kwargs or len(args) < self.min_args:
+                return None
+            raw, given = self.key_get(args), args
+        else:
+            keyed = self.keyword_key(len(args), tuple(kwargs))
+            if keyed is None:
+                return None
+            raw, given = keyed(args, kwargs), (*args, *kwargs.values())
+        torch_dtype = getattr(sys.modules.get("torch"), "dtype", None)
+        for a in given:
+            dtype = getattr(a, "dtype", None)
+            if dtype is not None and type(dtype) is not torch_dtype:
+                return None
+        try:
+            hash(raw)
+        except TypeError:
+            return None
+        if len(self.fast) >= _MOST_FAST:  # keys cleared from ``cache`` leave theirs here: start afresh
+            self.fast.clear()
+        return raw
+
     def keyword_key(self, arity: int, names: tuple) -> Any:
         """For launches with ``arity`` positional arguments and the keywords ``names`` (in their
         order, ``grid`` and ``warmup`` among them): a function ``(args, kwargs)`` giving their raw key
@@ -144,9 +176,10 @@ class KernelState:
         for i in ids:
             self.launch.pop(i, None)
             self.launchers.pop(i, None)
-        if ids:
-            for raw_key in [k for k, hit in self.fast.items() if id(hit[0]) in ids]:
-                del self.fast[raw_key]
+        if ids:  # a snapshot (taken whole under the GIL): other threads add entries meanwhile
+            for raw_key, hit in list(self.fast.items()):
+                if id(hit[0]) in ids:
+                    self.fast.pop(raw_key, None)
 
     def _entry(self, config: Any) -> tuple:
         entry = self.launch.get(id(config))
@@ -207,6 +240,7 @@ def _key_getter(key_pos: list):
 
 
 _MOST_SHAPES = 64
+_MOST_FAST = 4096
 
 
 def _keyword_key(arg_names: list, keys: list, arity: int, names: tuple) -> Any:

@@ -62,14 +62,9 @@ def run_wrapper(wrapped, instance, args, kwargs):
             if owner is not None:
                 return owner(instance, state, key, args, kwargs)
             config = tune(instance, state, key, args, kwargs)
-        if config.pre_hook is None:
-            if len(kwargs) == 2:  # every kernel argument positional (see _fast_run)
-                raw = state.key_get(args) if len(args) >= state.min_args else None
-            else:
-                keyed = state.keyword_key(len(args), tuple(kwargs))
-                raw = None if keyed is None else keyed(args, kwargs)
-            if raw is not None:
-                state.fast[raw] = state.hit(config, instance.fn, key)
+        raw = state.raw_key(args, kwargs) if config.pre_hook is None else None
+        if raw is not None:
+            state.fast[raw] = state.hit(config, instance.fn, key)
     else:
         config = instance.configs[0]
     if wrapped is not None and "run" not in instance.__dict__ and _plain_run(instance):
@@ -109,14 +104,18 @@ def _fast_run(instance: Any, state: KernelState):
     fast, fast_key, min_args, shapes = state.fast, state.key_get, state.min_args, state.shapes
 
     def run(*args, **kwargs):
-        # Two keywords can only be ``grid`` and ``warmup``: Triton's run() requires both, so a
-        # launch with two keywords passed every kernel argument positionally.
-        if len(kwargs) == 2:
-            hit = fast.get(fast_key(args)) if len(args) >= min_args else None
-        else:
-            keyed = shapes.get((len(args), tuple(kwargs)))
-            hit = None if keyed is None else fast.get(keyed(args, kwargs))
-        if hit is not None and instance.cache.get(hit[3]) is hit[0]:
+        # Entries exist only for what ``KernelState.raw_key`` admits; a launch unlike those (an
+        # unhashable value, a dtype of another kind) misses, or fails to hash, and goes the full way.
+        try:
+            if len(kwargs) == 2:  # ``grid`` and ``warmup``: every kernel argument positional
+                hit = fast.get(fast_key(args)) if "warmup" in kwargs and "grid" in kwargs and len(
+                    args) >= min_args else None
+            else:
+                keyed = shapes.get((len(args), tuple(kwargs)))
+                hit = None if keyed is None else fast.get(keyed(args, kwargs))
+        except TypeError:
+            hit = None
+        if hit is not None and instance.cache.get(hit[3]) is hit[0] and hit[0].pre_hook is None:
             instance.best_config = hit[0]
             if hit[2] is not None and not kwargs["warmup"]:
                 return hit[2](args, kwargs)
