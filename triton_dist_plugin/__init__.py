@@ -72,5 +72,5 @@ __all__ = [
 if not settings.value(DISABLE_ENV) and not is_active():
     from . import activation as _activation  # noqa: E402
 
-    _activation.activate_at_import()
+    _activation.activate()
     del _activation

@@ -14,10 +14,6 @@ import importlib.util
 import inspect
 import os
 import re
-import sys
-
-#: Whether Triton was imported before the plugin: else no kernel can be decorated before its import.
-TRITON_FIRST = "triton" in sys.modules
 
 try:
     import triton
@@ -146,22 +142,6 @@ def _upstream_failed_config() -> tuple[type[BaseException], ...]:
 
 #: Failures upstream counts as "this config cannot run here" rather than "the user's code is broken".
 UPSTREAM_FAILED_CONFIG = _upstream_failed_config()
-
-
-def tuners_made(since_import: bool = False) -> bool:
-    """Whether an autotuned kernel (an instance of ``Autotuner`` or a subclass) exists in this
-    process, found through the reference every instance holds to its class: nothing of theirs runs.
-    ``since_import``: asked as the package's import ends, when none can exist unless Triton was
-    imported before it."""
-    import gc
-
-    if since_import and not TRITON_FIRST:
-        return False
-    classes, todo = [], [Autotuner]
-    while todo:
-        classes.append(todo.pop())
-        todo += classes[-1].__subclasses__()
-    return any(issubclass(type(o), Autotuner) for o in gc.get_referrers(*classes))
 
 
 def is_interpreted(fn) -> bool:

@@ -12,19 +12,15 @@ own wrapper, so another library's later patch is never undone by ours.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
 import threading
 import warnings
 
 import wrapt
 
-from . import _compat, bus, settings
+from . import _compat, bus
 from .compiling import forked_compile
-from .isolation import fork_checks, isolate, worker_start
+from .isolation import isolate, worker_start
 from .patched import benchmarker, kernel_state, launch, subclass
-from .settings import SettingError
 
 _lock = threading.Lock()
 _installed: list[tuple[type, str, object, object]] = []  # (owner, attribute, original, ours)
@@ -55,16 +51,10 @@ def activate() -> None:
 
     Idempotent: activating twice warns and does nothing more.
     """
-    _activate(at_import=False)
+    _activate()
 
 
-def activate_at_import() -> None:
-    """What ``import triton_dist_plugin`` runs: ``activate``, knowing that no user code has run
-    since the package imported Triton, if it did (then no kernel can have been decorated yet)."""
-    _activate(at_import=True)
-
-
-def _activate(at_import: bool) -> None:
+def _activate() -> None:
     with _lock:
         if _installed:
             warnings.warn("triton_dist_plugin is already active", stacklevel=2)
@@ -96,38 +86,17 @@ def _activate(at_import: bool) -> None:
             raise
     # Outside the lock: a worker forked here must find it free (it gives Triton back as it was).
     isolate.prestart()  # with every kernel isolated, its worker starts alongside the program
-    _prestart_compiling(at_import)
+    _prestart_compiling()
 
 
-def _prestart_compiling(at_import: bool) -> None:
-    """``forked_compile.prestart`` now, unless a kernel with generated candidates decorated later
-    may fork the isolation worker: that fork would wait for those threads (they hold locks while
-    they work) on the decoration's path, where a program without isolation overlaps them with its
-    own work. Every decoration starts them, after its fork; so does torch's first use of CUDA here
-    (no fork is made after it), where torch is imported already. Kernels decorated before
-    activation reach no decoration hook: with any, now. Never deferred on an NPU host, where no
-    fork is made once ``torch_npu`` is imported."""
-    if not forked_compile.wanted():
-        return
-    try:
-        forks_later = not _compat.IS_ASCEND and settings.value(isolate.ENV) is None and \
-            fork_checks.lasting_refusal() is None
-    except SettingError:  # said when tuning starts
-        forks_later = False
-    if not forks_later or _compat.tuners_made(since_import=at_import):
+def _prestart_compiling() -> None:
+    """``forked_compile.prestart`` now, so that its threads overlap the program's own start-up. A
+    fork of the isolation worker made later waits for them (they hold locks while they work):
+    deferring them past that fork instead put their work on the first call's path, from the
+    decoration to the first result of a ``configs=[]`` softmax 1.47x its time with isolation off
+    against 1.18x started here (H100; ``failure-modes.md``)."""
+    if forked_compile.wanted():
         forked_compile.prestart()
-        return
-    lazy_call = getattr(getattr(sys.modules.get("torch"), "cuda", None), "_lazy_call", None)
-    if lazy_call is not None:
-        pid = os.getpid()
-
-        def on_cuda_init() -> None:  # runs inside torch's CUDA initialisation: never raises
-            with contextlib.suppress(Exception):
-                if os.getpid() == pid:  # not in a child forked before it (its own start-up is its own)
-                    forked_compile.prestart()
-
-        with contextlib.suppress(Exception):
-            lazy_call(on_cuda_init)
 
 
 def _prune_configs(wrapped, instance, args, kwargs):

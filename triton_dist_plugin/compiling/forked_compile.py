@@ -83,9 +83,9 @@ def prestart() -> None:
     sources and compiled library (hundreds of MB; every compile's cache key needs it: 0.3-0.7 s),
     and the build of Triton's CUDA helper module (a C compile into Triton's cache, 0.5-0.8 s, on
     the first use of the driver; on a machine without CUDA it fails at once, unseen). Called at
-    activation (or later: ``activation._prestart_compiling`` says when) and at each decoration;
+    activation and at each decoration (a plugin activated while imported off reaches the first);
     once per process, where ``wanted``."""
-    with _early_lock:  # torch's CUDA start may call it from another thread
+    with _early_lock:  # decorations may come from several threads
         if not wanted():
             return
         for name, step in (("tdp-triton-key", triton_key), ("tdp-cuda-utils", _cuda_utils)):
