@@ -104,6 +104,7 @@ def _cases(torch, device: str) -> dict:
 
 
 TUNERS: dict = {}  # case -> its autotuned kernels, for the report of what served them
+SKIPPED: dict = {}  # library -> why its cases did not run
 
 
 def _rows(tuned, jit, args: tuple, grid, direct_grid, out, ref) -> dict:
@@ -170,7 +171,8 @@ def _library_ops(torch, device: str) -> dict:
     try:
         from fla.modules.norm.l2norm import l2norm
         from fla.modules.norm.layernorm import rms_norm
-    except ImportError:
+    except Exception as exc:  # noqa: BLE001 - not installed, or fails to import here: said in the results
+        SKIPPED["fla"] = f"{type(exc).__name__}: {exc}"[:300]
         return {}
     x = torch.randn(1, 1, 16, 128, device=device, dtype=torch.bfloat16)
     h, w = torch.randn(1, 1, 4096, device=device, dtype=torch.bfloat16), torch.ones(4096, device=device,
@@ -196,6 +198,7 @@ def child_launch() -> dict:
         device_us = {case: _device_us(torch, rows["tuned"]) for case, rows in cases.items()} if device == "cuda" else {}
     out = {"triton": triton.__version__, "torch": torch.__version__, "device": device,
            "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None, "device_us": device_us,
+           "skipped": SKIPPED,
            "median_us": {case: {row: statistics.median(v) for row, v in rows.items()} for case, rows in times.items()}}
     if os.environ.get(PLUGIN_ENV) == "1":
         import triton_dist_plugin
@@ -246,6 +249,9 @@ def main() -> None:
     errors = [r["error"] for rs in runs.values() for r in rs if "error" in r]
     if errors:
         print("errors:", *errors, sep="\n  ")
+    skipped = {k: v for rs in runs.values() for r in rs for k, v in r.get("skipped", {}).items()}
+    if skipped:
+        print("not run:", *(f"{k}: {v}" for k, v in skipped.items()), sep="\n  ")
     summary = _summary(runs)
     if not args.smoke:
         from _common import save_results
