@@ -13,14 +13,17 @@ a fresh process with empty caches, interleaved over the repetitions:
 - ``upstream``: Triton's own autotuner (the plugin disabled) over the kernel's hand-written space
   (GPU only: it cannot tune under the interpreter);
 - ``late``: isolated, but the kernel is decorated only after its inputs are on the GPU (the
-  driver is then initialised: no fork, a fresh interpreter).
+  driver is then initialised: no fork, a fresh interpreter);
+- ``memory``: isolated, with ``nvidia-smi --query-compute-apps`` read every 0.25 s for every
+  process below it: the most during the first call, just after it, and
+  ``TRITON_DIST_AUTOTUNE_ISOLATE_IDLE`` (5 s) + 3 s later. Its first call is not compared: the
+  probe holds the driver, which the other sides do not pay for (an earlier version sampled on the
+  ``isolated`` side itself, and its first calls carried that probe).
 
 Except for ``late``, the kernel is decorated first (as a module of kernels is imported at the top
 of a program), then its inputs are made, then it is called; the time is from the decoration to
-the device's synchronisation after the first call. On a GPU, the isolated side also reads
-``nvidia-smi --query-compute-apps`` for every process below it: the most during the first call,
-just after it, and ``TRITON_DIST_AUTOTUNE_ISOLATE_IDLE`` (5 s) + 3 s later. Prints one table
-(medians); results in ``results/isolation_first_call_<h200|cpu>.json``.
+the device's synchronisation after the first call. Prints one table (medians); results in
+``results/isolation_first_call_<device>.json`` (``--out`` names another).
 
     python benchmarks/bench_isolation_first_call.py [--reps 2] [--cases add,matmul] [--sides isolated,upstream] [--cpu]
 """
@@ -42,7 +45,8 @@ from _procs import helper_gpu_mib, run_fresh, serve  # noqa: E402
 
 CASES = ("add", "softmax", "layernorm", "matmul", "matmul4k")
 SIDES = {"isolated": (True, {}), "fresh": (True, {"TRITON_DIST_AUTOTUNE_ISOLATE_FORK": "0"}),
-         "unisolated": (True, {"TRITON_DIST_AUTOTUNE_ISOLATE": "0"}), "upstream": (False, {}), "late": (True, {})}
+         "unisolated": (True, {"TRITON_DIST_AUTOTUNE_ISOLATE": "0"}), "upstream": (False, {}), "late": (True, {}),
+         "memory": (True, {})}
 IDLE_S = 5.0  # TRITON_DIST_AUTOTUNE_ISOLATE_IDLE's default
 
 
@@ -98,7 +102,7 @@ def child_first() -> dict:
             for pid, mib in helper_gpu_mib().items():
                 peak[pid] = max(peak.get(pid, 0), mib)
 
-    watch = threading.Thread(target=sample, daemon=True) if gpu and side == "isolated" else None
+    watch = threading.Thread(target=sample, daemon=True) if gpu and side == "memory" else None
     if watch is not None:
         watch.start()
     spec.launch(kernel, *args)
@@ -131,10 +135,12 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--sides", default=",".join(SIDES))
     parser.add_argument("--cpu", action="store_true", help="the tiny sizes under the interpreter")
+    parser.add_argument("--out", default="", help="results file name (default: by device)")
     options = parser.parse_args()
     sides = {s: SIDES[s] for s in options.sides.split(",") if s}
     cases = [c for c in options.cases.split(",") if c and not (options.cpu and c == "matmul4k")]
     results: dict = {case: {side: [] for side in SIDES} for case in cases}
+    name = options.out or f"isolation_first_call_{'cpu' if options.cpu else _device()}.json"
     for _ in range(options.reps):
         for case in cases:
             for side, (plugin, extra) in sides.items():
@@ -142,19 +148,30 @@ def main() -> None:
                     continue
                 env = {**extra, "TDP_CASE": case, "TDP_SIDE": side, "TRITON_INTERPRET": "1" if options.cpu else "0"}
                 results[case][side].append(run_fresh(__file__, "first", plugin, env, timeout=300))
-    save_results(f"isolation_first_call_{'cpu' if options.cpu else 'h200'}.json", results)
+        save_results(name, results)  # after each repetition: a run cut short keeps what it measured
     _table(results)
 
 
+def _device() -> str:
+    """``h100``, ``h200``, ...: the first GPU's model, for the results' name."""
+    import re
+    import subprocess
+
+    name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                          text=True, timeout=30).stdout.splitlines()[:1]
+    found = re.search(r"\b([A-Z]\d{2,3})\b", name[0]) if name else None
+    return found.group(1).lower() if found else "gpu"
+
+
 def _table(results: dict) -> None:
-    print(f"{'case':9s} " + " ".join(f"{s:>10s}" for s in SIDES) + "  isolated/unisolated isolated/upstream"
-          "  helper MiB during/after/idle")
+    print(f"{'case':9s} " + " ".join(f"{s:>10s}" for s in SIDES)
+          + "  isolated/unisolated isolated/upstream  helper MiB during/after/idle")
     for case, sides in results.items():
         med = {}
         for side, runs in sides.items():
             times = [r["first_call_s"] for r in runs if "first_call_s" in r]  # (none: nan)
             med[side] = statistics.median(times) if times else float("nan")
-        mib = [r["helpers_mib"] for r in sides["isolated"] if "helpers_mib" in r]
+        mib = [r["helpers_mib"] for r in sides["memory"] if "helpers_mib" in r]
         memory = " ".join("/".join(str(m[k]) for k in ("during", "after", "idle")) for m in mib) or "-"
         print(f"{case:9s} " + " ".join(f"{med[s]:9.2f}s" for s in SIDES)
               + f"  {med['isolated'] / med['unisolated']:18.2f}x {med['isolated'] / med['upstream']:16.2f}x  {memory}")

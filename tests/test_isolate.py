@@ -110,6 +110,25 @@ def test_the_worker_starts_when_an_isolated_kernel_is_decorated_and_imports_its_
     assert "ran 2 candidates" in note and "before the job" in note and "0 failed" in note, note
 
 
+def test_a_worker_started_at_the_decoration_holds_no_context_and_is_not_restarted_before_its_job(monkeypatch):
+    """It computes ahead what the first job needs but its GPU context (made with that job), so no
+    idle release is due until a tuning has used it: the worker the decoration started is the one
+    the first call finds, however long the program takes to get there."""
+    import threading
+
+    monkeypatch.setenv(isolate.ENV, "1")
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_ISOLATE_IDLE", "30")
+    _no_worker()
+    before = set(threading.enumerate())  # (an earlier test's timer may still run)
+    triton.autotune(configs=[CONFIGS[0], CONFIGS[3]], key=["n"])(planted)
+    started = isolate._shared
+    timers = [t for t in set(threading.enumerate()) - before if t.name == "tdp-isolation-idle"]
+    assert not timers  # nothing to give back
+    time.sleep(1.0)
+    assert isolate._shared is started and started.released == 0 and not started.given_work
+    assert started.proc.poll() is None  # it took the warm-up message and still serves
+
+
 def _wait_for(condition, seconds=30.0) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:

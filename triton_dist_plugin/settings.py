@@ -209,10 +209,9 @@ SETTINGS: tuple[Setting, ...] = (
             "other thread, no module being imported: see failure-modes.md), ready at once; else, and with `0`, "
             "it is a fresh interpreter, which imports torch and Triton again (seconds)", _bit(True), "0 or 1"),
     Setting("TRITON_DIST_AUTOTUNE_ISOLATE_IDLE", "seconds", "`5`",
-            "how long the isolation worker keeps its GPU context (some hundreds of MB) after the last tuning that "
-            "used it, or after the decoration of a kernel to isolate (it makes the context then, ahead of the first "
-            "call); then a fresh worker that holds no GPU memory takes its place; `0`: kept for the life of the "
-            "process", _seconds_or_never(5.0), f"0, or {_SECONDS}"),
+            "how long the isolation worker keeps its GPU context (some hundreds of MB, made with its first job) "
+            "after the last tuning that used it; then a fresh worker that holds no GPU memory takes its place; `0`: "
+            "kept for the life of the process", _seconds_or_never(5.0), f"0, or {_SECONDS}"),
     Setting("TRITON_DIST_AUTOTUNE_ISOLATE_TIMEOUT", "seconds", "`30`",
             "how long one candidate may run in the isolation worker before it counts as hung", _seconds(30.0),
             f"{_SECONDS}, such as 30"),
@@ -254,8 +253,6 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TRITON_ALWAYS_COMPILE", "flag", "off", "turns the forked compile stage off (nothing would be reused)",
             owner="Triton"),
     Setting("RANK", "count", "`0`", "this process's rank, for contextual tuning's reports", owner="torch.distributed"),
-    Setting("LOCAL_RANK", "count", "unset", "with several GPUs, the one the isolation worker makes its context on "
-            "ahead of its first job (else it waits for the job's)", owner="torchrun"),
     Setting("HOME", "path", "the user's home", "where the default cache directories live", owner="the system"),
     Setting("PYTHONPATH", "paths", "unset",
             "where Python finds modules; the isolation worker, which never looks in the current directory, still "

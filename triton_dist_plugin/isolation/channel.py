@@ -3,8 +3,8 @@
 The writer sends messages in order, off the caller's thread: the worker reads nothing while it
 imports torch, and a job's arguments (often many MB) would block the send until then. The reader
 answers the worker's one request at once (``share``: write the job's arguments into the buffers it
-offers, ``transfer``), so the worker has them while this process is still compiling, notes whether
-it made a GPU context ahead (``warmed``), and queues every other reply for ``receive``. Both end
+offers, ``transfer``), so the worker has them while this process is still compiling, and queues
+every other reply for ``receive``. Both end
 with the worker's socket.
 """
 
@@ -35,7 +35,6 @@ class Channel:
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.job = job
         self.shared_in = 0.0  # seconds the last ``share`` took to answer (for the report)
-        self.warmed: Optional[bool] = None  # whether a GPU context was made ahead, once the worker says
         self.answering = threading.Lock()
         threading.Thread(target=self._write, name=SEND, daemon=True).start()
         self.reader = threading.Thread(target=self._read, name=READ, daemon=True)
@@ -86,8 +85,6 @@ class Channel:
                     self.send(reply)
                     reply = None
                 self.shared_in = time.perf_counter() - began
-            elif isinstance(message, tuple) and message and message[0] == "warmed":
-                self.warmed = bool(message[1:2] and message[1])
             else:
                 self.inbox.put(message)
 

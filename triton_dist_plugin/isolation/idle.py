@@ -2,9 +2,8 @@
 
 A worker that ran candidates holds a CUDA context (some hundreds of MB of GPU memory on an H200)
 for as long as it lives, and a serving process may tune a few keys at start-up and never again.
-``TRITON_DIST_AUTOTUNE_ISOLATE_IDLE`` seconds after the last tuning that used the worker (or after
-it was told to make its context ahead, when a kernel to isolate was decorated), if no other tuning
-has begun since, it is replaced by a fresh one: started at once (so the next tuning
+``TRITON_DIST_AUTOTUNE_ISOLATE_IDLE`` seconds after the last tuning that used the worker, if no
+other tuning has begun since, it is replaced by a fresh one: started at once (so the next tuning
 finds it imported, the kernels' modules loaded and Triton's source hash computed, as at
 decoration), holding no GPU memory until that tuning sends it work. ``0`` keeps the worker and
 its context for the life of the process.
@@ -26,7 +25,7 @@ def after_tuning(worker: Any, lock: threading.Lock, current: Callable[[], Any]) 
     tuning took it meanwhile (``worker.generation`` moved on) or it is no longer the process's
     worker (``current()``, read under ``lock``, the lock ``isolate.worker()`` takes)."""
     seconds = settings.value(ENV)
-    if not seconds or not (worker.given_work or worker.warming):  # kept for good, or never made a context
+    if not seconds or not worker.given_work:  # kept for good, or never made a context (none before a job)
         return
     timer = threading.Timer(seconds, _release, args=(worker, worker.generation, lock, current))
     timer.daemon = True  # never keeps the process alive
@@ -38,8 +37,6 @@ def _release(worker: Any, generation: int, lock: threading.Lock, current: Callab
     with lock:
         if current() is not worker or worker.generation != generation or worker.tuning:
             return
-        if not worker.given_work and worker.channel.warmed is False:  # told to warm, found no GPU: holds nothing
-            return
         modules = set(worker.preloaded)
         worker.stop()
         worker.start()
@@ -48,5 +45,6 @@ def _release(worker: Any, generation: int, lock: threading.Lock, current: Callab
         for module in sorted(modules):  # imported ahead again, as when the kernels were decorated
             worker.preloaded.add(module)
             worker._send(pickle.dumps(("preload", module)))
-        worker._send(pickle.dumps(("warm", False)))  # what the next job needs but the GPU memory
+        worker.warming = True
+        worker._send(pickle.dumps(("warm",)))  # what the next job needs but the GPU memory
         worker.released += 1

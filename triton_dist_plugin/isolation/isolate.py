@@ -6,9 +6,10 @@ context) on its own copies of the arguments, under a timeout; one that crashes t
 there or does not finish in time is a failed candidate with that reason, never run in the user's
 process, and a new worker takes the rest.
 
-One worker serves every tuning of the process. It starts, and makes its CUDA context, when a
-kernel that will be isolated is decorated, off the first call's path, and gives the context back
-once tuning has been idle a while (``idle``). Each tuning sends it the kernel and the arguments
+One worker serves every tuning of the process. It starts when a kernel that will be isolated is
+decorated, off the first call's path; it makes its CUDA context with its first job (made ahead,
+the context contended with the program's own start on the GPU and cost more than it saved), and
+gives it back once tuning has been idle a while (``idle``). Each tuning sends it the kernel and the arguments
 (``transfer``) before compiling, and each candidate as it compiles. It is forked from this
 process while that is safe, else a plain ``python -I -c`` process (``worker_start``), never a
 ``multiprocessing`` spawn (which would import the user's main script again); it dies with this
@@ -74,8 +75,8 @@ def _new_shared() -> Worker:
 def prestart(fn: Any = None, generated: bool = False) -> None:
     """Start the process's worker ahead of the first tuning that needs it: at activation when
     every kernel is isolated (``fn`` None), or when a kernel that will be isolated is decorated
-    (the worker then imports ``fn``'s module too, where it can). It makes its GPU context now,
-    given back after the idle time if no tuning comes (``idle``). Not in a ``multiprocessing``
+    (the worker then imports ``fn``'s module too, where it can), and computes Triton's source
+    hash, which its first job needs; no GPU context before that job. Not in a ``multiprocessing``
     child (a data loader's, say), which seldom tunes; never raises: whatever goes wrong here is
     met again, and reported, by the tuning."""
     global _shared
@@ -92,10 +93,9 @@ def prestart(fn: Any = None, generated: bool = False) -> None:
             if module is not None and module not in _shared.preloaded:
                 _shared.preloaded.add(module)
                 _shared._send(pickle.dumps(("preload", module)))
-            if not (_shared.given_work or _shared.warming):  # made now; goes again if no tuning comes
+            if not (_shared.given_work or _shared.warming):
                 _shared.warming = True
-                _shared._send(pickle.dumps(("warm", True)))
-                idle.after_tuning(_shared, _shared_lock, lambda: _shared)
+                _shared._send(pickle.dumps(("warm",)))
     except Exception:
         return
 
@@ -145,7 +145,7 @@ class Worker:
         self.channel = channel.Channel(ours, lambda: self.packed)
         self.started_at = time.monotonic()
         self.given_work = False  # sent a job (so made its GPU context): what an idle release gives back
-        self.warming = False  # told to make its GPU context ahead of any job
+        self.warming = False  # told to make ahead what its first job needs but the GPU context
         self.sent = []
         self.preloaded: set[str] = set()  # modules it was asked to import ahead of any job
         self.awaiting = False  # a job was sent and its "ready" not read yet

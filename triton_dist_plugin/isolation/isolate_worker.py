@@ -1,6 +1,6 @@
 """The isolation worker's side (see ``isolate.py``): it runs in its own process, imports torch and
-Triton at once (and the kernels' modules it is told of), creates its CUDA context when told a
-kernel will be isolated (``warm``) or with the first job, takes in each job's arguments
+Triton at once (and the kernels' modules it is told of), computes Triton's source hash when told
+a kernel will be isolated (``warm``), creates its CUDA context with its first job, takes in each job's arguments
 (``transfer``), then runs each candidate it is sent and reports each. Messages are plain pickles
 over a socket, both ways (``put``/``get``). It exits as soon as its parent is gone, even
 mid-candidate.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import pickle
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Optional
 
 from . import transfer
 
@@ -138,8 +138,8 @@ def _load(job: dict, rebuilt: dict) -> Any:  # pragma: no cover - runs in the wo
 
 
 def serve(fd: int, parent: int) -> None:  # pragma: no cover - runs in the worker process
-    """The worker: watch its parent, import torch and Triton before any kernel arrives (and make
-    its GPU context when told to warm), then, for each job, take in the arguments, run each
+    """The worker: watch its parent, import torch and Triton before any kernel arrives (and
+    Triton's source hash when told to warm), then, for each job, take in the arguments, run each
     candidate as it comes, and report each."""
     import importlib
     import threading
@@ -160,9 +160,7 @@ def serve(fd: int, parent: int) -> None:  # pragma: no cover - runs in the worke
         except (EOFError, OSError):
             os._exit(0)  # the parent is gone: nothing to report to, nothing to clean up
         if message[0] == "warm":  # a kernel will be isolated soon: what its job needs, made ahead
-            seconds, made = warm(torch, bool(message[1]))
-            job.warmed = seconds if made else None
-            put(conn, ("warmed", made))
+            job.warmed = warm(torch)
         elif message[0] == "preload":  # a kernel of this module will be isolated: import it while idle
             try:
                 importlib.import_module(message[1])
@@ -181,32 +179,23 @@ def _receive(conn: Connection, sizes: list) -> list:  # pragma: no cover - runs 
     return buffers
 
 
-def warm(torch: Any, context: bool) -> tuple[float, bool]:  # pragma: no cover - runs in the worker process
-    """Make what a job will need, ahead of it: Triton's sources' hash, and with ``context`` the
-    GPU context (on the one GPU there is, or torchrun's ``LOCAL_RANK``'s; with
-    several and no rank, the job's device decides) and Triton's driver module. ``(seconds, whether
-    a context was made)``; nothing without a GPU."""
+def warm(torch: Any) -> Optional[float]:  # pragma: no cover - runs in the worker process
+    """Make what a job will need, ahead of it, but its GPU context: Triton's sources' hash.
+    Seconds it took; None without a GPU (nothing to make: the interpreter looks no binary up).
+    The context waits for the job: made here, while the program made its inputs on the GPU, it
+    cost first calls more than it saved (``failure-modes.md``)."""
     import time
 
-    began, made = time.perf_counter(), False
+    began = time.perf_counter()
     try:
         if not torch.cuda.is_available():  # (the driver's device count: no context, no GPU memory)
-            return 0.0, False
-        count, rank = torch.cuda.device_count(), os.environ.get("LOCAL_RANK", "")
-        device = 0 if count == 1 else int(rank) if rank.isdigit() and int(rank) < count else None
-        if context and device is not None:
-            made = True
-            torch.cuda.set_device(device)
-            torch.empty(1, device=f"cuda:{device}")
-            from triton.runtime import driver
-
-            driver.active.get_current_stream(device)  # Triton's driver module, loaded (and built the first time)
+            return None
         from ..compiling.forked_compile import triton_key
 
         triton_key()  # each candidate's first run looks its binary up by a key that needs it (0.3-0.7 s)
     except Exception:  # noqa: BLE001 - the job makes it, and reports what fails
         pass
-    return time.perf_counter() - began, made
+    return time.perf_counter() - began
 
 
 class Job:  # pragma: no cover - runs in the worker process
@@ -218,7 +207,7 @@ class Job:  # pragma: no cover - runs in the worker process
         self.waiting: list = []  # candidates sent before the arguments had all arrived
         self.phases: dict = {}  # seconds each step of the job's start took, for its parent's report
         self.rebuilt: dict = {}  # kernels rebuilt from their source, for every job
-        self.warmed: Any = None  # seconds the GPU context took, when made ahead of any job
+        self.warmed: Any = None  # seconds the warm-up ahead of this job took
 
     def begin(self, job: dict, inline: list) -> None:
         """The GPU context, this job's buffers offered to its parent, then its kernel loaded
@@ -227,7 +216,7 @@ class Job:  # pragma: no cover - runs in the worker process
 
         torch, began, offers = self.torch, time.perf_counter(), None
         self.job, self.fn, self.args, self.kwargs, self.waiting = job, None, None, None, []
-        self.phases = {} if self.warmed is None else {"warmed ahead": self.warmed}
+        self.phases = {} if self.warmed is None else {"source hash ahead": self.warmed}
         self.warmed = None
         try:
             if job.get("device") is not None:  # the parent's current device: Triton launches on it
