@@ -25,7 +25,15 @@ Kernels (each keyed on its shape arguments, so every shape is a key of its own):
 - ``fla_l2norm``: fla's own autotuned L2-norm forward for rows longer than 512 (one program per
   row, ``num_warps`` 1-32: its 6 configs, key ``D``), bf16 8192x4096 and 32768x1024. A library's
   kernel: its cases are left out of ``cases()`` unless it is named, and building one needs the
-  library installed (``fla-core``).
+  library installed (``fla-core``);
+- ``liger_dyt``: Liger-Kernel's own autotuned DyT forward (``tanh(alpha x) gamma + beta``, one
+  program per ``BLOCK_N`` columns of a row: its 18 configs, key ``N``), bf16 4096x4096 and 8192x8192,
+  launched as ``liger_dyt_fwd`` launches it (``liger-kernel``);
+- ``gems_layernorm``: FlagGems's own autotuned LayerNorm forward for rows longer than 4096
+  (``layer_norm_loop_kernel``, one program per row walking it in ``TILE_N`` chunks: its 12 configs
+  from FlagGems's NVIDIA tuning table, key ``M, N``), fp16 4096x8192 and 1024x16384, launched as
+  ``flag_gems.layer_norm`` launches it (``flag-gems``, which imports only on a CUDA machine: GPU
+  only).
 
 The kernels below are plain functions at module level (their sources are what ``inspect.getsource``
 and the plugin's source analysis read); ``triton.jit`` is applied when a kernel is first built, so
@@ -249,6 +257,48 @@ def launch_l2norm(kernel, x, **meta):  # as fla's ``l2norm_fwd`` launches it for
     return y
 
 
+def launch_dyt(kernel, x, alpha, gamma, beta, **meta):  # as Liger's ``liger_dyt_fwd`` launches it
+    import torch
+
+    triton = _triton()
+    rows, n = x.shape
+    y = torch.empty_like(x)
+    kernel[lambda m: (triton.cdiv(n, m["BLOCK_N"]), rows)](x, y, alpha, gamma, beta, True, n, **meta)
+    return y
+
+
+def inputs_dyt(dims, dtype, device, gen):
+    import torch
+
+    n = dims[1]
+    alpha = (0.5 + 0.1 * torch.randn(1, device=device, generator=gen)).to(_dtype(dtype))
+    gamma = (1 + 0.1 * torch.randn(n, device=device, generator=gen)).to(_dtype(dtype))
+    beta = (0.1 * torch.randn(n, device=device, generator=gen)).to(_dtype(dtype))
+    return _randn(dims, dtype, device, gen), alpha, gamma, beta
+
+
+def ref_dyt(x, alpha, gamma, beta):
+    import torch
+
+    return (torch.tanh(alpha.float() * x.float()) * gamma.float() + beta.float()).to(x.dtype)
+
+
+def launch_gems_layernorm(kernel, x, w, b, **meta):  # as ``flag_gems.layer_norm`` launches it for N > 4096
+    import torch
+
+    rows, n = x.shape
+    y = torch.empty_like(x)
+    mean, rstd = (torch.empty(rows, dtype=x.dtype, device=x.device) for _ in range(2))
+    kernel[(rows, 1, 1)](x, y, w, b, mean, rstd, rows, n, 1e-5, **meta)
+    return y
+
+
+def ref_gems_layernorm(x, w, b):
+    import torch
+
+    return torch.nn.functional.layer_norm(x.float(), x.shape[-1:], w.float(), b.float(), 1e-5).to(x.dtype)
+
+
 def ref_l2norm(x):
     import torch
 
@@ -304,8 +354,20 @@ def space_rowsum() -> list:
 _FLA_L2NORM = "fla.modules.norm.l2norm:l2norm_fwd_kernel_row"
 
 
+_LIGER_DYT = "liger_kernel.ops.dyt:_dyt_fwd_kernel"
+_GEMS_LAYERNORM = "flag_gems.ops.layernorm:layer_norm_loop_kernel"
+
+
 def space_fla_l2norm() -> list:
-    return list(_library_object(_FLA_L2NORM).configs)  # the library's own configs, as it tunes them
+    return list(_library_tuner(_FLA_L2NORM).configs)  # the library's own configs, as it tunes them
+
+
+def space_liger_dyt() -> list:
+    return list(_library_tuner(_LIGER_DYT).configs)
+
+
+def space_gems_layernorm() -> list:
+    return list(_library_tuner(_GEMS_LAYERNORM).configs)
 
 
 def _library_object(ref: str) -> Any:
@@ -313,6 +375,23 @@ def _library_object(ref: str) -> Any:
 
     module, name = ref.split(":")
     return getattr(importlib.import_module(module), name)
+
+
+def _library_tuner(ref: str) -> Any:
+    """A library's autotuner of ``ref``, under a wrapper of the library's own (FlagGems's ``LibEntry``)."""
+    from triton.runtime.autotuner import Autotuner
+
+    found = _library_object(ref)
+    while not isinstance(found, Autotuner) and _wrapper(found):
+        found = found.fn
+    return found
+
+
+def _wrapper(found: Any) -> bool:
+    """A tuner or heuristics layer, or FlagGems's ``LibEntry``: what a library puts over its kernel."""
+    from triton.runtime.autotuner import Autotuner, Heuristics
+
+    return isinstance(found, (Autotuner, Heuristics)) or type(found).__name__ == "LibEntry"
 
 
 def space_transpose() -> list:
@@ -346,10 +425,8 @@ class Kernel:
         kernel, the ``@triton.jit`` function under its tuner)."""
         triton = _triton()
         if isinstance(self.fn, str):
-            from triton.runtime.autotuner import Autotuner, Heuristics
-
             found = _library_object(self.fn)
-            while isinstance(found, (Autotuner, Heuristics)):  # a library's tuner: the kernel under it
+            while _wrapper(found):  # the library's tuner, and its own wrapper around it: the kernel under them
                 found = found.fn
             return found
         if self.fn.__name__ not in _JITS:
@@ -389,6 +466,15 @@ KERNELS: dict = {k.name: k for k in (
            (("8192x4096 bf16", (8192, 4096), "bf16"), ("32768x1024 bf16", (32768, 1024), "bf16")),
            (("6x700 fp32", (6, 700), "fp32"), ("3x1300 fp32", (3, 1300), "fp32")), tol=(2e-2, 1e-2),
            library="fla-core"),
+    Kernel("liger_dyt", _LIGER_DYT, space_liger_dyt, ("N",), launch_dyt, inputs_dyt, ref_dyt,
+           (("4096x4096 bf16", (4096, 4096), "bf16"), ("8192x8192 bf16", (8192, 8192), "bf16")),
+           (("6x700 fp32", (6, 700), "fp32"), ("3x1300 fp32", (3, 1300), "fp32")), tol=(2e-2, 2e-2),
+           library="liger-kernel"),
+    Kernel("gems_layernorm", _GEMS_LAYERNORM, space_gems_layernorm, ("M", "N"), launch_gems_layernorm,
+           inputs_layernorm, ref_gems_layernorm,
+           (("4096x8192 fp16", (4096, 8192), "fp16"), ("1024x16384 fp16", (1024, 16384), "fp16")),
+           (("6x700 fp32", (6, 700), "fp32"), ("3x1300 fp32", (3, 1300), "fp32")), tol=(1e-2, 1e-2),
+           library="flag-gems"),
 )}
 
 _JITS: dict = {}  # kernel function name -> its triton.jit

@@ -4,9 +4,10 @@ plugin, and what do the picks that differ cost?
     python benchmarks/bench_steady_gpu.py [--procs 4] [--kernels matmul,add,...] [--rounds 7]   (about 7 min)
     python benchmarks/bench_steady_gpu.py --tiny --procs 2 --kernels add,rowsum   # CPU smoke test
 
-Seven kernels of ``_suite``, two shapes each (``STEADY``: matmul 4096^3 and 512x4096x4096, add 2^20 and
-2^26, softmax, layernorm, rowsum, transpose and fla's l2norm (a library's own kernel and configs) at both
-of theirs), 14 cases, tuned by ``--procs`` processes per
+Nine kernels of ``_suite``, two shapes each (``STEADY``: matmul 4096^3 and 512x4096x4096, add 2^20 and
+2^26, softmax, layernorm, rowsum, transpose, and three libraries' own kernels and configs: fla's l2norm,
+Liger-Kernel's DyT and FlagGems's looped LayerNorm, at both of theirs), 18 cases, tuned by ``--procs``
+processes per
 mode, alternating (upstream, plugin, upstream, ...). Upstream is Triton's own autotuner (the plugin
 not imported, ``TRITON_DIST_PLUGIN_DISABLE=1``), the plugin runs with its default settings; the
 environment's ``TRITON_DIST_*`` and ``TRITON_BENCH_METHOD`` settings are removed in both. Every
@@ -50,7 +51,7 @@ RESULTS = "steady_h200.json"
 # The kernels and the positions of their shapes in ``_suite`` (matmul: 4096^3 and 512x4096x4096; add:
 # 2^20 and 2^26; the others: both of theirs).
 STEADY = {"matmul": (0, 1), "add": (1, 2), "softmax": (0, 1), "layernorm": (0, 1), "rowsum": (0, 1),
-          "transpose": (0, 1), "fla_l2norm": (0, 1)}
+          "transpose": (0, 1), "fla_l2norm": (0, 1), "liger_dyt": (0, 1), "gems_layernorm": (0, 1)}
 CASES_ENV, WARM_ENV, JUDGE_ENV, ROUNDS_ENV = "TDP_STEADY_CASES", "TDP_STEADY_WARM", "TDP_STEADY_JUDGE", \
     "TDP_STEADY_ROUNDS"
 # Settings that would change either side's defaults, or the Triton cache the processes share.
