@@ -113,8 +113,10 @@ def test_a_new_key_reads_a_few_entries_not_every_one(tmp_path, seeded, frozen):
     assert catching_up[0]["read"] < 400 * 100_000  # the first lookup did not read them all
     runs = read_by_launches(tmp_path, 2101, 2203, **env)
     assert all(run["read"] < 5_000_000 for run in runs), [run["read"] for run in runs]
-    if frozen:  # the nearest stored key's pick
-        assert "nearest tuned key (210" in " ".join(runs[0]["warned"]), runs
+    if frozen:  # the nearest stored key's pick, or where the keys around it agree on another, theirs
+        # (which of the two depends on the seed's timings, measured under the interpreter: noisy)
+        said = " ".join(runs[0]["warned"])
+        assert "nearest tuned key (210" in said or "the tuned keys around it favour" in said, runs
 
 
 def test_a_directory_changed_behind_the_index_is_reindexed_once(tmp_path, seeded, monkeypatch):
