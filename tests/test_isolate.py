@@ -110,23 +110,25 @@ def test_the_worker_starts_when_an_isolated_kernel_is_decorated_and_imports_its_
     assert "ran 2 candidates" in note and "before the job" in note and "0 failed" in note, note
 
 
-def test_a_worker_started_at_the_decoration_holds_no_context_and_is_not_restarted_before_its_job(monkeypatch):
+def test_a_worker_started_at_the_decoration_arms_no_release_and_serves_the_first_call(recorder, monkeypatch):
     """It computes ahead what the first job needs but its GPU context (made with that job), so no
-    idle release is due until a tuning has used it: the worker the decoration started is the one
-    the first call finds, however long the program takes to get there."""
+    idle release is armed before a tuning has used it; and the worker the decoration started, told
+    to warm up, is the one that runs the first call's candidates."""
     import threading
 
     monkeypatch.setenv(isolate.ENV, "1")
     monkeypatch.setenv("TRITON_DIST_AUTOTUNE_ISOLATE_IDLE", "30")
     _no_worker()
     before = set(threading.enumerate())  # (an earlier test's timer may still run)
-    triton.autotune(configs=[CONFIGS[0], CONFIGS[3]], key=["n"])(planted)
+    kernel = triton.autotune(configs=[CONFIGS[0], CONFIGS[3]], key=["n"])(planted)
     started = isolate._shared
     timers = [t for t in set(threading.enumerate()) - before if t.name == "tdp-isolation-idle"]
-    assert not timers  # nothing to give back
-    time.sleep(1.0)
-    assert isolate._shared is started and started.released == 0 and not started.given_work
-    assert started.proc.poll() is None  # it took the warm-up message and still serves
+    assert not timers and started.warming and not started.given_work  # nothing to give back yet
+    proc = started.proc
+    x, out = copy_with(kernel)
+    torch.testing.assert_close(out, x)
+    assert isolate._shared is started and started.proc is proc and started.released == 0
+    assert any(note.startswith("ran 2 candidates in the isolation worker") for note in recorder.records[-1].notes)
 
 
 def _wait_for(condition, seconds=30.0) -> bool:
@@ -611,7 +613,7 @@ def test_nothing_of_a_tunings_arguments_is_kept_once_it_is_done(monkeypatch):
 
 
 def test_no_idle_release_while_a_tuning_has_the_worker_and_no_stale_request_is_answered(monkeypatch):
-    """A release timer that fires mid-tuning (one started by a decoration on another thread, say)
+    """A release timer that fires mid-tuning (an earlier tuning's, due as another thread begins)
     leaves the worker alone; a request for a job's arguments after the tuning ended is refused, so
     the worker runs nothing on buffers nobody wrote."""
     import pickle
