@@ -21,17 +21,17 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TRITON_DIST_AUTOTUNE_DIR", tempfile.mkdtemp(prefix="tdp-bench-"))
 
 
-def host_loop(f: Callable[[], Any], iters: int = 20000) -> float:
-    """Host microseconds per call of ``f`` (warmed up, device synchronised at both ends)."""
-    import torch
-
-    for _ in range(500):
+def host_loop(f: Callable[[], Any], iters: int = 20000, device: bool = True, warmup: int = 500) -> float:
+    """Host microseconds per call of ``f`` (after ``warmup`` calls; with ``device``, the device
+    synchronised at both ends)."""
+    sync = __import__("torch").cuda.synchronize if device else (lambda: None)
+    for _ in range(warmup):
         f()
-    torch.cuda.synchronize()
+    sync()
     t0 = time.perf_counter()
     for _ in range(iters):
         f()
-    torch.cuda.synchronize()
+    sync()
     return (time.perf_counter() - t0) / iters * 1e6
 
 

@@ -33,13 +33,13 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import host_loop  # noqa: E402
 from _procs import PLUGIN_ENV, child_pythonpath, run_fresh, serve  # noqa: E402
 
 PREVIOUS_ENV = "TDP_PREVIOUS"  # "1": this child imports an earlier version of the package (--previous)
@@ -56,23 +56,6 @@ def args20_kernel(a, b, c, d, e, out, n, sa, sb, sc, sd, se, so, k0, k1, k2, alp
     if flag:
         v = -v
     tl.store(out + offs * so, v, mask=mask)
-
-
-def _sync(device: str):
-    import torch
-
-    return torch.cuda.synchronize if device == "cuda" else (lambda: None)
-
-
-def _per_call(f, iters: int, sync) -> float:
-    for _ in range(min(iters, 200)):
-        f()
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        f()
-    sync()
-    return (time.perf_counter() - t0) / iters * 1e6
 
 
 def _cases(torch, device: str) -> dict:
@@ -189,12 +172,11 @@ def child_launch() -> dict:
     rounds, iters = (1, 3) if device == "cpu" else (15, 2000)
     with torch.no_grad():
         cases = _cases(torch, device)
-        sync = _sync(device)
         times: dict = {case: {row: [] for row in rows} for case, rows in cases.items()}
         for _ in range(rounds):
             for case, rows in cases.items():
                 for row, f in rows.items():
-                    times[case][row].append(_per_call(f, iters, sync))
+                    times[case][row].append(host_loop(f, iters, device == "cuda", min(iters, 200)))
         device_us = {case: _device_us(torch, rows["tuned"]) for case, rows in cases.items()} if device == "cuda" else {}
     out = {"triton": triton.__version__, "torch": torch.__version__, "device": device,
            "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None, "device_us": device_us,

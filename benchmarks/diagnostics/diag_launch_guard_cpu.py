@@ -19,8 +19,10 @@ import importlib.util
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import host_loop  # noqa: E402
 
 SRC = '''
 import triton.language as tl
@@ -42,13 +44,6 @@ def _kernels(folder: Path) -> dict:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return {"add": JITFunction(module.add), "args20": JITFunction(module.args20)}
-
-
-def _per_call(f, iters: int = 20000) -> float:
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        f()
-    return (time.perf_counter() - t0) / iters * 1e6
 
 
 def main() -> None:
@@ -92,9 +87,8 @@ def main() -> None:
     times: dict = {k: [] for k in rows}
     for _ in range(15):
         for k, f in rows.items():
-            times[k].append(_per_call(f))
+            times[k].append(host_loop(f, device=False))
     out = {k: statistics.median(v) for k, v in times.items()}
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from _common import save_results
 
     save_results(Path(options.out).name, {"triton": triton.__version__, "torch": torch.__version__,

@@ -28,13 +28,13 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "0"  # the compiled path (JITFunction), which kernels/ would not pick here
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+from _common import host_loop  # noqa: E402
 
 
 class _Launched:
@@ -88,13 +88,6 @@ def _stand_in(fn) -> None:
         return caches[0].setdefault(key, _Launched(key))
 
     fn._do_compile = compile_
-
-
-def _per_call(f, iters: int = 20000) -> float:
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        f()
-    return (time.perf_counter() - t0) / iters * 1e6
 
 
 def main() -> None:
@@ -152,11 +145,11 @@ def main() -> None:
             if name == "upstream autotuned":
                 triton_dist_plugin.deactivate()  # upstream's Autotuner.run for this row alone
                 try:
-                    times[name].append(_per_call(f))
+                    times[name].append(host_loop(f, device=False))
                 finally:
                     triton_dist_plugin.activate()
             else:
-                times[name].append(_per_call(f))
+                times[name].append(host_loop(f, device=False))
     out = {k: statistics.median(v) for k, v in times.items()}
     from _common import save_results
 
