@@ -82,6 +82,7 @@ if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
     work=$(mktemp -d "${TMPDIR:-/tmp}/tdp-installed.XXXXXX")
     trap 'rm -rf "$work"' EXIT
   fi
+  export PIP_CACHE_DIR="$work/pip-cache"  # pip's own default is under $HOME
   tdp_build "$work"
   echo "== installing torch==2.13.0 and $(basename "$(tdp_wheel "$work")")[cuda,test] into $work/venv"
   tdp_venv "$work/venv" torch==2.13.0 "$(tdp_wheel "$work")[cuda,test]"
