@@ -188,7 +188,7 @@ def install_example(directory: Path, dist: str, scratch: Path, timeout: float = 
         pass
     source = scratch / directory.name
     shutil.copytree(directory, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", str(source)], check=True,
-                   timeout=timeout)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-cache-dir", str(source)],
+                   check=True, timeout=timeout)  # (pip's cache is under $HOME)
     importlib.invalidate_caches()
     return importlib.metadata.distribution(dist)
