@@ -123,12 +123,48 @@ def test_a_worker_started_at_the_decoration_arms_no_release_and_serves_the_first
     kernel = triton.autotune(configs=[CONFIGS[0], CONFIGS[3]], key=["n"])(planted)
     started = isolate._shared
     timers = [t for t in set(threading.enumerate()) - before if t.name == "tdp-isolation-idle"]
-    assert not timers and started.warming and not started.given_work  # nothing to give back yet
+    assert not timers and not started.given_work  # nothing to give back yet
     proc = started.proc
     x, out = copy_with(kernel)
     torch.testing.assert_close(out, x)
     assert isolate._shared is started and started.proc is proc and started.released == 0
     assert any(note.startswith("ran 2 candidates in the isolation worker") for note in recorder.records[-1].notes)
+
+
+def test_every_worker_is_handed_tritons_source_hash_where_this_process_knows_it(monkeypatch):
+    """A fresh interpreter would hash Triton's sources again before its first candidate (0.3-0.7 s
+    on the first call's path): each worker is told this process's hash as it starts, or None while
+    it is not known yet (then it computes its own); and a worker told one uses it, as Triton's
+    compile cache key reads it."""
+    import pickle
+
+    from triton_dist_plugin.compiling import forked_compile
+    from triton_dist_plugin.isolation import channel
+
+    sent: list = []
+    original = channel.Channel.send
+    monkeypatch.setattr(channel.Channel, "send", lambda self, message: sent.append(message) or original(self, message))
+    for known in ("parents-hash", None):
+        monkeypatch.setattr(forked_compile, "known_triton_key", lambda known=known: known)
+        sent.clear()
+        worker = isolate.Worker()
+        try:
+            assert pickle.loads(sent[0]) == ("warm", known)
+        finally:
+            worker.stop()
+    code = ("import torch; from triton_dist_plugin.isolation import isolate_worker as w;"
+            "from triton_dist_plugin.compiling import forked_compile as f; w.warm(torch, 'parents-hash');"
+            "print(f.triton_key(), f._triton_key_home().triton_key())")
+    result = python("-c", code, timeout=120)
+    assert result.stdout.split() == ["parents-hash", "parents-hash"], result.stderr[-2000:]
+
+
+def test_this_process_says_its_tritons_source_hash_only_once_computed():
+    """Never computed on the caller's path: None until it exists, then Triton's own value."""
+    code = ("from triton_dist_plugin.compiling import forked_compile as f; before = f.known_triton_key();"
+            "key = f.triton_key(); print(before, key == f.known_triton_key(), isinstance(key, str) and len(key) > 16)")
+    result = python("-c", code, env={**os.environ, "TRITON_DIST_PLUGIN_DISABLE": "1"}, timeout=120)
+    assert result.stdout.split() == ["None", "True", "True"], result.stderr[-2000:]
 
 
 def _wait_for(condition, seconds=30.0) -> bool:

@@ -45,6 +45,4 @@ def _release(worker: Any, generation: int, lock: threading.Lock, current: Callab
         for module in sorted(modules):  # imported ahead again, as when the kernels were decorated
             worker.preloaded.add(module)
             worker._send(pickle.dumps(("preload", module)))
-        worker.warming = True
-        worker._send(pickle.dumps(("warm",)))  # what the next job needs but the GPU memory
         worker.released += 1

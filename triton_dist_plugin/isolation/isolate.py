@@ -34,6 +34,7 @@ import time
 from typing import Any, Optional
 
 from .. import frozen, settings
+from ..compiling import forked_compile
 from . import channel, idle, isolate_source, transfer, worker_start
 from .isolate_source import Unisolated, locate
 
@@ -93,9 +94,6 @@ def prestart(fn: Any = None, generated: bool = False) -> None:
             if module is not None and module not in _shared.preloaded:
                 _shared.preloaded.add(module)
                 _shared._send(pickle.dumps(("preload", module)))
-            if not (_shared.given_work or _shared.warming):
-                _shared.warming = True
-                _shared._send(pickle.dumps(("warm",)))
     except Exception:
         return
 
@@ -145,10 +143,12 @@ class Worker:
         self.channel = channel.Channel(ours, lambda: self.packed)
         self.started_at = time.monotonic()
         self.given_work = False  # sent a job (so made its GPU context): what an idle release gives back
-        self.warming = False  # told to make ahead what its first job needs but the GPU context
         self.sent = []
         self.preloaded: set[str] = set()  # modules it was asked to import ahead of any job
         self.awaiting = False  # a job was sent and its "ready" not read yet
+        # What any job needs but the GPU context, made while it waits: Triton's source hash, this
+        # process's where known (a fresh interpreter would spend 0.3-0.7 s hashing it again).
+        self._send(pickle.dumps(("warm", forked_compile.known_triton_key())))
 
     def reset(self) -> None:
         """Forget the last tuning; a worker left with unanswered candidates (a tuning that ended

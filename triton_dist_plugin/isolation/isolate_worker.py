@@ -1,6 +1,6 @@
 """The isolation worker's side (see ``isolate.py``): it runs in its own process, imports torch and
-Triton at once (and the kernels' modules it is told of), computes Triton's source hash when told
-a kernel will be isolated (``warm``), creates its CUDA context with its first job, takes in each job's arguments
+Triton at once (and the kernels' modules it is told of), takes Triton's source hash from its parent
+or computes it (``warm``, at its start), creates its CUDA context with its first job, takes in each job's arguments
 (``transfer``), then runs each candidate it is sent and reports each. Messages are plain pickles
 over a socket, both ways (``put``/``get``). It exits as soon as its parent is gone, even
 mid-candidate.
@@ -139,7 +139,7 @@ def _load(job: dict, rebuilt: dict) -> Any:  # pragma: no cover - runs in the wo
 
 def serve(fd: int, parent: int) -> None:  # pragma: no cover - runs in the worker process
     """The worker: watch its parent, import torch and Triton before any kernel arrives (and
-    Triton's source hash when told to warm), then, for each job, take in the arguments, run each
+    Triton's source hash, ``warm``), then, for each job, take in the arguments, run each
     candidate as it comes, and report each."""
     import importlib
     import threading
@@ -159,8 +159,8 @@ def serve(fd: int, parent: int) -> None:  # pragma: no cover - runs in the worke
                 job.ready(message[1], _receive(conn, message[2]), *message[3:])
         except (EOFError, OSError):
             os._exit(0)  # the parent is gone: nothing to report to, nothing to clean up
-        if message[0] == "warm":  # a kernel will be isolated soon: what its job needs, made ahead
-            job.warmed = warm(torch)
+        if message[0] == "warm":  # what a job will need, made ahead (every worker is told at its start)
+            job.warmed = warm(torch, message[1] if len(message) > 1 else None)
         elif message[0] == "preload":  # a kernel of this module will be isolated: import it while idle
             try:
                 importlib.import_module(message[1])
@@ -179,20 +179,23 @@ def _receive(conn: Connection, sizes: list) -> list:  # pragma: no cover - runs 
     return buffers
 
 
-def warm(torch: Any) -> Optional[float]:  # pragma: no cover - runs in the worker process
-    """Make what a job will need, ahead of it, but its GPU context: Triton's sources' hash.
-    Seconds it took; None without a GPU (nothing to make: the interpreter looks no binary up).
-    The context waits for the job: made here, while the program made its inputs on the GPU, it
-    cost first calls more than it saved (``failure-modes.md``)."""
+def warm(torch: Any, key: Any = None) -> Optional[float]:  # pragma: no cover - runs in the worker process
+    """Make what a job will need, ahead of it, but its GPU context: Triton's sources' hash, taken
+    from ``key`` (the parent's, where it had computed it) or computed here. Seconds it took; None
+    without a GPU (nothing to make: the interpreter looks no binary up). The context waits for the
+    job: made here, while the program made its inputs on the GPU, it cost first calls more than it
+    saved (``failure-modes.md``)."""
     import time
+
+    from ..compiling import forked_compile
 
     began = time.perf_counter()
     try:
+        if isinstance(key, str) and key:
+            forked_compile.take_triton_key(key)
         if not torch.cuda.is_available():  # (the driver's device count: no context, no GPU memory)
             return None
-        from ..compiling.forked_compile import triton_key
-
-        triton_key()  # each candidate's first run looks its binary up by a key that needs it (0.3-0.7 s)
+        forked_compile.triton_key()  # each candidate's first run looks its binary up by it (0.3-0.7 s)
     except Exception:  # noqa: BLE001 - the job makes it, and reports what fails
         pass
     return time.perf_counter() - began
