@@ -138,14 +138,14 @@ def test_every_worker_is_handed_tritons_source_hash_where_this_process_knows_it(
     compile cache key reads it."""
     import pickle
 
-    from triton_dist_plugin.compiling import forked_compile
+    from triton_dist_plugin import _compat
     from triton_dist_plugin.isolation import channel
 
     sent: list = []
     original = channel.Channel.send
     monkeypatch.setattr(channel.Channel, "send", lambda self, message: sent.append(message) or original(self, message))
     for known in ("parents-hash", None):
-        monkeypatch.setattr(forked_compile, "known_triton_key", lambda known=known: known)
+        monkeypatch.setattr(_compat, "known_triton_key", lambda known=known: known)
         sent.clear()
         worker = isolate.Worker()
         try:
@@ -153,16 +153,17 @@ def test_every_worker_is_handed_tritons_source_hash_where_this_process_knows_it(
         finally:
             worker.stop()
     code = ("import torch; from triton_dist_plugin.isolation import isolate_worker as w;"
-            "from triton_dist_plugin.compiling import forked_compile as f; w.warm(torch, 'parents-hash');"
-            "print(f.triton_key(), f._triton_key_home().triton_key())")
+            "from triton_dist_plugin import _compat as c; from triton_dist_plugin.compiling import forked_compile as f;"
+            "w.warm(torch, 'parents-hash'); print(f.triton_key(), c.triton_key_home().triton_key())")
     result = python("-c", code, timeout=120)
     assert result.stdout.split() == ["parents-hash", "parents-hash"], result.stderr[-2000:]
 
 
 def test_this_process_says_its_tritons_source_hash_only_once_computed():
     """Never computed on the caller's path: None until it exists, then Triton's own value."""
-    code = ("from triton_dist_plugin.compiling import forked_compile as f; before = f.known_triton_key();"
-            "key = f.triton_key(); print(before, key == f.known_triton_key(), isinstance(key, str) and len(key) > 16)")
+    code = ("from triton_dist_plugin import _compat as c; from triton_dist_plugin.compiling import forked_compile as f;"
+            "before = c.known_triton_key(); key = f.triton_key();"
+            "print(before, key == c.known_triton_key(), isinstance(key, str) and len(key) > 16)")
     result = python("-c", code, env={**os.environ, "TRITON_DIST_PLUGIN_DISABLE": "1"}, timeout=120)
     assert result.stdout.split() == ["None", "True", "True"], result.stderr[-2000:]
 

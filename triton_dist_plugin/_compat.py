@@ -14,6 +14,7 @@ import importlib.util
 import inspect
 import os
 import re
+from typing import Any, Optional
 
 try:
     import triton
@@ -173,3 +174,38 @@ def remembered_compile_failures(tuner, configs: list, args: tuple, kwargs: dict)
         if key is not None and key in remembered:
             found.append(config)
     return found
+
+
+def triton_key_home() -> Any:
+    """The module whose ``triton_key`` Triton's compile-cache key calls by its global name (3.4+
+    keep it in ``runtime.cache``; 3.2 and Triton-Ascend beside the compiler)."""
+    try:
+        import triton.runtime.cache as home
+
+        if hasattr(home, "triton_key"):
+            return home
+    except ImportError:
+        pass
+    import triton.compiler.compiler as home
+
+    return home
+
+
+def known_triton_key() -> Optional[str]:
+    """Triton's source hash where this process has computed it already, else None (never computes
+    it: 0.3-0.7 s of hashing, which a caller on the first call's path cannot wait for)."""
+    try:
+        memo = triton_key_home().triton_key
+        if memo.cache_info().currsize:
+            key = memo()
+            return key if isinstance(key, str) else None
+    except Exception:  # noqa: BLE001 - another release's shape: the worker computes its own
+        pass
+    return None
+
+
+def take_triton_key(key: str) -> None:
+    """In an isolation worker: Triton's source hash as its parent computed it (the same Triton,
+    from the same path), so that its first candidate does not hash Triton's sources again. As
+    Triton's own compile pools hand theirs to their workers: the module's function replaced."""
+    triton_key_home().triton_key = lambda: key

@@ -125,41 +125,7 @@ def _quietly(step: Callable) -> None:
 def triton_key() -> Any:
     """The hash of Triton's sources and library, which every compile's cache key needs (memoised
     per process: an isolation worker is handed it, or computes it ahead of its first job)."""
-    return _triton_key_home().triton_key()
-
-
-def known_triton_key() -> Optional[str]:
-    """``triton_key()`` where this process has computed it already, else None (never computes it:
-    0.3-0.7 s of hashing, which a caller on the first call's path cannot wait for)."""
-    try:
-        memo = _triton_key_home().triton_key
-        if memo.cache_info().currsize:
-            key = memo()
-            return key if isinstance(key, str) else None
-    except Exception:  # noqa: BLE001 - another release's shape: the worker computes its own
-        pass
-    return None
-
-
-def take_triton_key(key: str) -> None:
-    """In an isolation worker: Triton's source hash as its parent computed it (the same Triton,
-    from the same path), so that its first candidate does not hash Triton's sources again. As
-    Triton's own compile pools hand theirs to their workers: the module's function replaced."""
-    _triton_key_home().triton_key = lambda: key
-
-
-def _triton_key_home() -> Any:
-    """The module whose ``triton_key`` the compile cache's key calls by its global name."""
-    try:
-        import triton.runtime.cache as home
-
-        if hasattr(home, "triton_key"):
-            return home
-    except ImportError:
-        pass
-    import triton.compiler.compiler as home  # older releases keep it beside the compiler
-
-    return home
+    return _compat.triton_key_home().triton_key()
 
 
 def processes_usable() -> bool:

@@ -33,8 +33,7 @@ import threading
 import time
 from typing import Any, Optional
 
-from .. import frozen, settings
-from ..compiling import forked_compile
+from .. import _compat, frozen, settings
 from . import channel, idle, isolate_source, transfer, worker_start
 from .isolate_source import Unisolated, locate
 
@@ -148,7 +147,7 @@ class Worker:
         self.awaiting = False  # a job was sent and its "ready" not read yet
         # What any job needs but the GPU context, made while it waits: Triton's source hash, this
         # process's where known (a fresh interpreter would spend 0.3-0.7 s hashing it again).
-        self._send(pickle.dumps(("warm", forked_compile.known_triton_key())))
+        self._send(pickle.dumps(("warm", _compat.known_triton_key())))
 
     def reset(self) -> None:
         """Forget the last tuning; a worker left with unanswered candidates (a tuning that ended

@@ -187,12 +187,13 @@ def warm(torch: Any, key: Any = None) -> Optional[float]:  # pragma: no cover - 
     saved (``failure-modes.md``)."""
     import time
 
+    from .. import _compat
     from ..compiling import forked_compile
 
     began = time.perf_counter()
     try:
         if isinstance(key, str) and key:
-            forked_compile.take_triton_key(key)
+            _compat.take_triton_key(key)
         if not torch.cuda.is_available():  # (the driver's device count: no context, no GPU memory)
             return None
         forked_compile.triton_key()  # each candidate's first run looks its binary up by it (0.3-0.7 s)
