@@ -10,6 +10,7 @@ initialised (no GPU here): ``torch.cuda.is_initialized`` answers True.
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -287,3 +288,30 @@ def test_nothing_the_plugin_does_before_the_first_call_asks_a_gpu_driver(tmp_pat
     proc = python(tmp_path / "asks.py", env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split("\n")[-2] == "[] True", proc.stdout[-2000:]
+
+
+def test_a_module_the_plugins_own_start_up_threads_import_is_waited_for_not_refused(monkeypatch):
+    """Triton's driver module, imported by the start-up thread that builds it, was seen half
+    imported at a decoration's fork, which then refused (a fresh interpreter, seconds slower) though
+    the fork waits for that thread anyway. A module of Triton's is judged once the threads are done;
+    any other half-imported module is refused at once, without waiting for them."""
+    import importlib.machinery
+    import threading
+    import types
+
+    from triton_dist_plugin.compiling import forked_compile
+
+    monkeypatch.setattr(fork_checks, "lasting_refusal", lambda: None)  # (this process's size, say)
+    for name, refused in (("triton._tdp_half_imported", False), ("a_users_library", True)):
+        module = types.ModuleType(name)
+        module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        module.__spec__._initializing = True
+        monkeypatch.setitem(sys.modules, name, module)
+        thread = threading.Thread(target=lambda spec=module.__spec__: time.sleep(0.5) or setattr(
+            spec, "_initializing", False), name="tdp-triton-key", daemon=True)
+        thread.start()
+        monkeypatch.setattr(forked_compile, "_early", [thread])
+        why = fork_checks.refusal() or ""
+        assert ("a module is being imported" in why) == refused, why
+        assert thread.is_alive() == refused  # refused at once; else only after the thread was done
+        thread.join()

@@ -33,19 +33,27 @@ def refusal() -> Optional[str]:
         return lasting
     if threading.current_thread() is not threading.main_thread():
         return "started from a thread other than the main one"
-    importing = next((name for name, module in list(sys.modules.items())
-                      if getattr(getattr(module, "__spec__", None), "_initializing", False)
-                      and not (name == "triton_dist_plugin" or name.startswith("triton_dist_plugin."))), None)
-    if importing is not None:  # the child would have it half run, and running it again repeats what it did
+    importing = _importing()
+    if importing is not None and importing.split(".")[0] != "triton":  # (Triton's: perhaps the threads' below)
         return f"a module is being imported ({importing})"
     from ..compiling import forked_compile
 
     forked_compile.prestarted(_JOIN_S)  # the plugin's own threads end first: they hold locks while they work
+    importing = _importing()  # what they imported (Triton's driver module, say) is whole now
+    if importing is not None:  # the child would have it half run, and running it again repeats what it did
+        return f"a module is being imported ({importing})"
     others = sorted(t.name for t in threading.enumerate()
                     if t is not threading.current_thread() and t.name not in _HARMLESS)
     if others:
         return f"other threads run in this process ({', '.join(others[:3])})"
     return _device_in_use()
+
+
+def _importing() -> Optional[str]:
+    """A module other than this package's that is being imported now, if any."""
+    return next((name for name, module in list(sys.modules.items())
+                 if getattr(getattr(module, "__spec__", None), "_initializing", False)
+                 and not (name == "triton_dist_plugin" or name.startswith("triton_dist_plugin."))), None)
 
 
 def lasting_refusal() -> Optional[str]:
