@@ -19,6 +19,7 @@ _BEFORE = {str(p): sorted(str(f) for f in p.rglob("*")) if p.is_dir() else None 
 os.environ["HOME"] = tempfile.mkdtemp(prefix="tdp-test-home-")
 # Hypothesis keeps its caches (constants, unicode data) under ./.hypothesis unless told otherwise.
 os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = tempfile.mkdtemp(prefix="tdp-test-hypothesis-")
+_OURS = [os.environ["HOME"], os.environ["HYPOTHESIS_STORAGE_DIRECTORY"]]  # removed as this process ends
 
 
 def _has_gpu() -> bool:
@@ -87,3 +88,11 @@ def pytest_sessionfinish(session, exitstatus):
         changed = [p for p in after if after[p] != _BEFORE[p]]
         print(f"\ntests wrote outside their temporary directories: {', '.join(changed)}")
         session.exitstatus = 1
+
+
+def pytest_unconfigure(config):
+    """This process's own home and hypothesis directories go (each pytest-xdist worker has its own)."""
+    import shutil
+
+    for folder in _OURS:
+        shutil.rmtree(folder, ignore_errors=True)
