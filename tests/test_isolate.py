@@ -153,16 +153,16 @@ def test_every_worker_is_handed_tritons_source_hash_where_this_process_knows_it(
         finally:
             worker.stop()
     code = ("import torch; from triton_dist_plugin.isolation import isolate_worker as w;"
-            "from triton_dist_plugin import _compat as c; from triton_dist_plugin.compiling import forked_compile as f;"
-            "w.warm(torch, 'parents-hash'); print(f.triton_key(), c.triton_key_home().triton_key())")
+            "from triton_dist_plugin import _compat as c;"
+            "w.warm(torch, 'parents-hash'); print(c.triton_key(), c.triton_key_home().triton_key())")
     result = python("-c", code, timeout=120)
     assert result.stdout.split() == ["parents-hash", "parents-hash"], result.stderr[-2000:]
 
 
 def test_this_process_says_its_tritons_source_hash_only_once_computed():
     """Never computed on the caller's path: None until it exists, then Triton's own value."""
-    code = ("from triton_dist_plugin import _compat as c; from triton_dist_plugin.compiling import forked_compile as f;"
-            "before = c.known_triton_key(); key = f.triton_key();"
+    code = ("from triton_dist_plugin import _compat as c;"
+            "before = c.known_triton_key(); key = c.triton_key();"
             "print(before, key == c.known_triton_key(), isinstance(key, str) and len(key) > 16)")
     result = python("-c", code, env={**os.environ, "TRITON_DIST_PLUGIN_DISABLE": "1"}, timeout=120)
     assert result.stdout.split() == ["None", "True", "True"], result.stderr[-2000:]

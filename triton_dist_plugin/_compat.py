@@ -191,6 +191,12 @@ def triton_key_home() -> Any:
     return home
 
 
+def triton_key() -> str:
+    """The hash of Triton's sources and library, which every compile's cache key needs (memoised by
+    Triton per process: an isolation worker is handed it, or computes it ahead of its first job)."""
+    return triton_key_home().triton_key()
+
+
 def known_triton_key() -> Optional[str]:
     """Triton's source hash where this process has computed it already, else None (never computes
     it: 0.3-0.7 s of hashing, which a caller on the first call's path cannot wait for)."""

@@ -70,7 +70,7 @@ def _prime(jit: Any, backend: Any) -> None:
     hash of Triton's own sources, the backend's tool versions, the kernel's source hash), so that
     forked workers inherit it instead of each computing it again."""
     prestarted()
-    for step in (lambda: jit.cache_key, backend.hash, triton_key):
+    for step in (lambda: jit.cache_key, backend.hash, _compat.triton_key):
         try:
             step()
         except Exception:
@@ -88,7 +88,7 @@ def prestart() -> None:
     with _early_lock:  # decorations may come from several threads
         if not wanted():
             return
-        for name, step in (("tdp-triton-key", triton_key), ("tdp-cuda-utils", _cuda_utils)):
+        for name, step in (("tdp-triton-key", _compat.triton_key), ("tdp-cuda-utils", _cuda_utils)):
             _early.append(threading.Thread(target=_quietly, args=(step,), name=name, daemon=True))
             _early[-1].start()
 
@@ -120,12 +120,6 @@ def _quietly(step: Callable) -> None:
         step()
     except Exception:
         pass  # the tuning computes it again and meets the same trouble there
-
-
-def triton_key() -> Any:
-    """The hash of Triton's sources and library, which every compile's cache key needs (memoised
-    per process: an isolation worker is handed it, or computes it ahead of its first job)."""
-    return _compat.triton_key_home().triton_key()
 
 
 def processes_usable() -> bool:

@@ -188,7 +188,6 @@ def warm(torch: Any, key: Any = None) -> Optional[float]:  # pragma: no cover - 
     import time
 
     from .. import _compat
-    from ..compiling import forked_compile
 
     began = time.perf_counter()
     try:
@@ -196,7 +195,7 @@ def warm(torch: Any, key: Any = None) -> Optional[float]:  # pragma: no cover - 
             _compat.take_triton_key(key)
         if not torch.cuda.is_available():  # (the driver's device count: no context, no GPU memory)
             return None
-        forked_compile.triton_key()  # each candidate's first run looks its binary up by it (0.3-0.7 s)
+        _compat.triton_key()  # each candidate's first run looks its binary up by it (0.3-0.7 s)
     except Exception:  # noqa: BLE001 - the job makes it, and reports what fails
         pass
     return time.perf_counter() - began

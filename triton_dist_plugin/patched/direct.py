@@ -38,6 +38,8 @@ _MOST_ATTEMPTS = 8
 
 #: Triton's launch-hook chain (3.6+): an empty one has no listener, so it and its metadata are skipped.
 _CHAIN = getattr(_compat.knobs, "HookChain", type("NoHookChain", (), {}))
+
+
 def _named(kwargs: dict) -> dict:
     """The kernel arguments among a launch's keywords."""
     return {k: v for k, v in kwargs.items() if k != "grid" and k != "warmup"} if len(kwargs) > 2 else {}

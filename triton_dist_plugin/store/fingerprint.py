@@ -28,7 +28,7 @@ def triton_hash() -> str:
     they are written as modules are first imported."""
     if not _compat.interpret():
         try:
-            return hashlib.sha256(_compat.triton_key_home().triton_key().encode()).hexdigest()
+            return hashlib.sha256(_compat.triton_key().encode()).hexdigest()
         except Exception:  # noqa: BLE001 - a release without it: the files below tell the same
             pass
     import triton
