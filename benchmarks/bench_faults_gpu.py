@@ -2,7 +2,7 @@
 and what candidate isolation costs. Each scenario runs in its own process, so one that kills or
 hangs its process is observed from outside, and each reports whether its process is still usable.
 
-    python benchmarks/bench_faults_gpu.py [cost]
+    python benchmarks/bench_faults_gpu.py [cost | isolate]
 
 1. ``isolate``: a kernel with an out-of-bounds-write config and a never-ending config among good
    ones, tuned with ``TRITON_DIST_AUTOTUNE_ISOLATE=1``, then without isolation (``=0``), and with
@@ -136,16 +136,20 @@ def main() -> None:
     if serve(globals()):
         return
     only_cost = sys.argv[1:] == ["cost"]  # ``cost``: isolation's cost alone, into its own results file
+    only_isolate = sys.argv[1:] == ["isolate"]  # ``isolate``: scenario 1 alone (``faults_isolate_<gpu>.json``)
     results = {} if only_cost else {
         "isolate_on": run_child("isolate", {"TRITON_DIST_AUTOTUNE_ISOLATE": "1",
                                             "TRITON_DIST_AUTOTUNE_ISOLATE_TIMEOUT": "10"}),
         "isolate_off": run_child("isolate", {"TRITON_DIST_AUTOTUNE_ISOLATE": "0"}),
         "isolate_upstream": run_child("isolate", {}, plugin=False),
-        "capture_default": run_child("capture", {}),
-        "capture_fallback": run_child("capture", {"TRITON_DIST_AUTOTUNE_ON_CAPTURE": "fallback"}),
-        "capture_upstream": run_child("capture", {}, plugin=False),
     }
-    for _ in range(3 if only_cost else 2):
+    if not (only_cost or only_isolate):
+        results.update({
+            "capture_default": run_child("capture", {}),
+            "capture_fallback": run_child("capture", {"TRITON_DIST_AUTOTUNE_ON_CAPTURE": "fallback"}),
+            "capture_upstream": run_child("capture", {}, plugin=False),
+        })
+    for _ in range(0 if only_isolate else 3 if only_cost else 2):
         for mode in ("0", "1"):
             cost = run_child("cost", {"TRITON_DIST_AUTOTUNE_ISOLATE": mode})
             results.setdefault(f"cost_isolate_{mode}", []).append(cost.get("first_call_s"))
@@ -153,7 +157,8 @@ def main() -> None:
             results.setdefault(f"cost_isolate_{mode}_program", []).append(cost.get("program_s"))
             results.setdefault(f"cost_isolate_{mode}_process", []).append(cost.get("wall_s"))
             results.setdefault(f"cost_isolate_{mode}_notes", []).append(cost.get("notes"))
-    save_results("isolation_cost_h200.json" if only_cost else "faults_h200.json", results)
+    save_results("isolation_cost_h200.json" if only_cost else
+                 f"faults_isolate_{_device()}.json" if only_isolate else "faults_h200.json", results)
     for name, r in results.items():
         if isinstance(r, list):
             print(f"{name:20} {r}")
@@ -166,10 +171,19 @@ def main() -> None:
                          ("_program", "the program (decoration to first result)"),
                          ("_process", "the whole process (start to exit, both keys)"),
                          ("_second_key", "a second key's first call in the same process")):
-        off, on = results[f"cost_isolate_0{suffix}"], results[f"cost_isolate_1{suffix}"]
-        if all(off) and all(on):
+        off, on = results.get(f"cost_isolate_0{suffix}"), results.get(f"cost_isolate_1{suffix}")
+        if off and on and all(off) and all(on):
             print(f"isolation cost on {what}: {min(on) / min(off):.2f}x "
                   f"({min(off):.2f}s -> {min(on):.2f}s, best of {len(on)})")
+
+
+def _device() -> str:
+    """``h100``, ``h200``, ...: the GPU's model, for the results' name."""
+    import torch
+
+    name = torch.cuda.get_device_name().lower()
+    return next((m for m in ("h100", "h200", "a100", "b200") if m in name), "gpu")
+
 
 if __name__ == "__main__":
     main()
