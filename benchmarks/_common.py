@@ -44,6 +44,18 @@ def interleaved(fns: dict[str, Callable[[], Any]], rounds: int = 31, iters: int 
     return [{name: host_loop(f, iters) for name, f in fns.items()} for _ in range(rounds)]
 
 
+def gpu_model() -> str:
+    """``h100``, ``h200``, ...: the first GPU's model, for a results file's name (asked of
+    ``nvidia-smi``, so this process does not use the GPU)."""
+    import re
+    import subprocess
+
+    name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                          text=True, timeout=30).stdout.splitlines()[:1]
+    found = re.search(r"\b([A-Z]\d{2,3})\b", name[0]) if name else None
+    return found.group(1).lower() if found else "gpu"
+
+
 def save_results(name: str, data: Any) -> Path:
     """Write ``benchmarks/results/<name>`` (and a copy under ``$OUT`` when a device run sets it)."""
     text = json.dumps(data, indent=2, default=str)

@@ -22,7 +22,7 @@ import tempfile
 import time
 import warnings
 
-from _common import collect_notes, save_results, timed_call
+from _common import collect_notes, gpu_model, save_results, timed_call
 from _procs import call_child, fresh_env, last_stderr_line, serve
 
 CHILD_TIMEOUT = 180
@@ -158,7 +158,7 @@ def main() -> None:
             results.setdefault(f"cost_isolate_{mode}_process", []).append(cost.get("wall_s"))
             results.setdefault(f"cost_isolate_{mode}_notes", []).append(cost.get("notes"))
     save_results("isolation_cost_h200.json" if only_cost else
-                 f"faults_isolate_{_device()}.json" if only_isolate else "faults_h200.json", results)
+                 f"faults_isolate_{gpu_model()}.json" if only_isolate else "faults_h200.json", results)
     for name, r in results.items():
         if isinstance(r, list):
             print(f"{name:20} {r}")
@@ -175,14 +175,6 @@ def main() -> None:
         if off and on and all(off) and all(on):
             print(f"isolation cost on {what}: {min(on) / min(off):.2f}x "
                   f"({min(off):.2f}s -> {min(on):.2f}s, best of {len(on)})")
-
-
-def _device() -> str:
-    """``h100``, ``h200``, ...: the GPU's model, for the results' name."""
-    import torch
-
-    name = torch.cuda.get_device_name().lower()
-    return next((m for m in ("h100", "h200", "a100", "b200") if m in name), "gpu")
 
 
 if __name__ == "__main__":

@@ -128,7 +128,7 @@ def child_first() -> dict:
 def main() -> None:
     if serve(globals()):
         return
-    from _common import save_results
+    from _common import gpu_model, save_results
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=2)
@@ -140,7 +140,7 @@ def main() -> None:
     sides = {s: SIDES[s] for s in options.sides.split(",") if s}
     cases = [c for c in options.cases.split(",") if c and not (options.cpu and c == "matmul4k")]
     results: dict = {case: {side: [] for side in SIDES} for case in cases}
-    name = options.out or f"isolation_first_call_{'cpu' if options.cpu else _device()}.json"
+    name = options.out or f"isolation_first_call_{'cpu' if options.cpu else gpu_model()}.json"
     for _ in range(options.reps):
         for case in cases:
             for side, (plugin, extra) in sides.items():
@@ -150,17 +150,6 @@ def main() -> None:
                 results[case][side].append(run_fresh(__file__, "first", plugin, env, timeout=300))
         save_results(name, results)  # after each repetition: a run cut short keeps what it measured
     _table(results)
-
-
-def _device() -> str:
-    """``h100``, ``h200``, ...: the first GPU's model, for the results' name."""
-    import re
-    import subprocess
-
-    name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                          text=True, timeout=30).stdout.splitlines()[:1]
-    found = re.search(r"\b([A-Z]\d{2,3})\b", name[0]) if name else None
-    return found.group(1).lower() if found else "gpu"
 
 
 def _table(results: dict) -> None:
