@@ -41,6 +41,15 @@ def sleepy(rank):
     return op
 
 
+def _tuned_once(op, group):
+    """Tune ``op`` once over ``group``: its error, if any, as the scenario's result."""
+    try:
+        op(1, autotune_pg=group)
+        return {"error": None}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def scenario_max(rank, world, group):
     op = sleepy(rank)
     return {"result": op(1, autotune_pg=group), "best": op.best_configs[1]}
@@ -56,11 +65,7 @@ def scenario_divergent_prune(rank, world, group):
     def op(x, mode):
         return mode
 
-    try:
-        op(1, autotune_pg=group)
-        return {"error": None}
-    except Exception as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"}
+    return _tuned_once(op, group)
 
 
 def scenario_divergent_space(rank, world, group):
@@ -70,11 +75,7 @@ def scenario_divergent_space(rank, world, group):
     def op(x, block):
         return block
 
-    try:
-        op(1, autotune_pg=group)
-        return {"error": None}
-    except Exception as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"}
+    return _tuned_once(op, group)
 
 
 def scenario_divergent_key(rank, world, group):
@@ -112,11 +113,7 @@ def scenario_silent_rank(rank, world, group):
     if rank == 1:
         time.sleep(6)  # never enters tuning in time
         return {"error": None}
-    try:
-        op(1, autotune_pg=group)
-        return {"error": None}
-    except Exception as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"}
+    return _tuned_once(op, group)
 
 
 def scenario_dead_rank(rank, world, group):
@@ -141,11 +138,7 @@ def scenario_dead_rank(rank, world, group):
     def op(x, mode):
         return mode
 
-    try:
-        op(1, autotune_pg=group)
-        return {"error": None}
-    except Exception as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"}
+    return _tuned_once(op, group)
 
 
 class RankCosts:
