@@ -17,8 +17,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 # Picks persist on disk by default: a benchmark starts from an empty plugin cache of its own
-# (scripts that compare first calls give each child process its own, too).
-os.environ.setdefault("TRITON_DIST_AUTOTUNE_DIR", tempfile.mkdtemp(prefix="tdp-bench-"))
+# (scripts that compare first calls give each child process its own, too), removed when the
+# process that made it ends (its child processes inherit the setting, and make none).
+if "TRITON_DIST_AUTOTUNE_DIR" not in os.environ:
+    import atexit
+    import shutil
+
+    _PICKS = os.environ["TRITON_DIST_AUTOTUNE_DIR"] = tempfile.mkdtemp(prefix="tdp-bench-")
+    _MAKER = os.getpid()
+    atexit.register(lambda: os.getpid() == _MAKER and shutil.rmtree(_PICKS, ignore_errors=True))
 
 
 def host_loop(f: Callable[[], Any], iters: int = 20000, device: bool = True, warmup: int = 500) -> float:
