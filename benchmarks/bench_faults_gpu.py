@@ -157,8 +157,8 @@ def main() -> None:
             results.setdefault(f"cost_isolate_{mode}_program", []).append(cost.get("program_s"))
             results.setdefault(f"cost_isolate_{mode}_process", []).append(cost.get("wall_s"))
             results.setdefault(f"cost_isolate_{mode}_notes", []).append(cost.get("notes"))
-    save_results("isolation_cost_h200.json" if only_cost else
-                 f"faults_isolate_{gpu_model()}.json" if only_isolate else "faults_h200.json", results)
+    what = "isolation_cost" if only_cost else "faults_isolate" if only_isolate else "faults"
+    save_results(f"{what}_{gpu_model()}.json", results)  # (on an H200: the names the docs cite)
     for name, r in results.items():
         if isinstance(r, list):
             print(f"{name:20} {r}")
