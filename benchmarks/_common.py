@@ -168,3 +168,29 @@ def cupti_ms(call, name: str, n: int, flush) -> float:
     if len(times) < n:
         raise RuntimeError(f"the CUDA profiler recorded {len(times)} of {n} launches of {name!r} (is CUPTI there?)")
     return statistics.median(times) / 1e3
+
+
+def cupti_batch_ms(calls: list, name: str, n: int, flush) -> list:
+    """The median CUPTI kernel time (ms) of each of ``calls``, ``n`` calls each (each after ``flush()``),
+    all in one profiler session: the kernels named ``name`` are attributed to the calls in launch
+    order (one kernel per call, as a Triton kernel's launch is)."""
+    import statistics
+
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for call in calls:
+            for _ in range(n):
+                flush()
+                call()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    # By the kernel's own name; a part of it only where none has it whole (never the flush's kernel).
+    found = [e for e in kernels if e.name == name] or [e for e in kernels if name in e.name and "Fill" not in e.name]
+    found.sort(key=lambda e: e.time_range.start)
+    if len(found) != n * len(calls):
+        raise RuntimeError(f"the CUDA profiler recorded {len(found)} of {n * len(calls)} launches of {name!r}")
+    return [statistics.median(e.device_time for e in found[i * n:(i + 1) * n]) / 1e3 for i in range(len(calls))]

@@ -16,11 +16,14 @@ compiling is not what is compared: one plugin process compiles and screens every
 key (its picks are not counted), then one upstream process launches every config once (loading what
 is cached, compiling anything missing). Each process reports every key's pick.
 
-Then one judge process (no plugin) times every distinct pick of each key by CUPTI kernel time
-(``torch.profiler``, the kernel's name matched; an L2 flush before each call, as both tuners time),
-the picks round-robin over ``--rounds`` rounds, the median. Per key and mode: how many distinct picks,
-the flip rate (the share of process pairs whose picks differ), the worst pick's time over the best
-pick seen in either mode (%) and the mean of that over the processes; then their means over the keys.
+Then one judge process (no plugin) first times every config of each key once (10 calls each, in one
+profiler session) and keeps the three fastest: the exhaustive best is among them. It then times those
+and every distinct pick by CUPTI kernel time (``torch.profiler``, the kernel's name matched; an L2
+flush before each call, as both tuners time), round-robin over ``--rounds`` rounds, the median. Per
+key and mode: how many distinct picks, the flip rate (the share of process pairs whose picks differ),
+the worst pick's time over the best (the fastest of all those judged, %), the mean of that over the
+processes (the regret), and the mean seconds of the key's tuning; then their means over the keys, and
+the worst pick of all.
 
 On an H200 the warming takes about 40 s, an upstream process about 70 s (542 configs, each by
 ``do_bench``), a plugin process about 16 s and the judge about 15 s. A pair of processes that would not
@@ -44,7 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import cupti_ms, save_results
+from _common import cupti_batch_ms, cupti_ms, save_results
 from _procs import call_child, fresh_env, last_stderr_line, serve
 
 RESULTS = "steady_h200.json"
@@ -59,7 +62,8 @@ SCRUB = ("TRITON_BENCH_METHOD", "TRITON_PRINT_AUTOTUNING", "TRITON_CACHE_AUTOTUN
          "TRITON_ALWAYS_COMPILE", "TRITON_CACHE_MANAGER", "TRITON_AUTOTUNE_PARALLEL_COMPILE")
 KEEP = ("TRITON_DIST_AUTOTUNE_DIR", "TRITON_DIST_PLUGIN_DISABLE")
 BUDGET_S = 530  # the whole run
-JUDGE_RESERVE_S = 60  # kept for the judge when deciding whether another pair fits
+JUDGE_RESERVE_S = 80  # kept for the judge when deciding whether another pair fits
+EXHAUSTIVE_CALLS, EXHAUSTIVE_TOP = 10, 3  # the judge's pass over every config: calls each, and the fastest kept
 GUESS_S = {"upstream": 110.0, "plugin": 45.0}  # a process's length before one has run
 
 
@@ -180,8 +184,30 @@ def _wall_ms(call, n: int) -> float:
     return statistics.median(samples)
 
 
+def _exhaustive(built, cuda: bool, flush) -> tuple[list, dict]:
+    """Every config of a case timed once (CUPTI, ``EXHAUSTIVE_CALLS`` calls each, all in one profiler
+    session; the wall clock under the interpreter): the ``EXHAUSTIVE_TOP`` fastest positions and
+    each config's time (those that failed to launch left out)."""
+    runnable = {}
+    for i, config in enumerate(built.configs):
+        try:
+            call = built.direct(config)
+            call()
+            runnable[i] = call
+        except Exception:  # out of resources: no tuner can pick it either
+            continue
+    _sync()
+    if cuda:
+        times = cupti_batch_ms(list(runnable.values()), built.kernel_name, EXHAUSTIVE_CALLS, flush)
+        found = dict(zip(runnable, times))
+    else:
+        found = {i: _wall_ms(call, 3) for i, call in runnable.items()}
+    return sorted(found, key=found.get)[:EXHAUSTIVE_TOP], found
+
+
 def child_judge() -> dict:
-    """Time every pick named in ``TDP_STEADY_JUDGE`` ({case: [config positions]}), round-robin."""
+    """Time every pick named in ``TDP_STEADY_JUDGE`` ({case: [config positions]}), and the fastest
+    few of an exhaustive pass over every config, round-robin."""
     import _suite
 
     started = time.perf_counter()
@@ -194,10 +220,13 @@ def child_judge() -> dict:
 
         buffer = driver.active.get_empty_cache_for_benchmark()
         flush = buffer.zero_
-    calls, counts, errors = {}, {}, {}
+    calls, counts, errors, exhaustive = {}, {}, {}, {}
     for name, chosen in wanted.items():
         try:
             built = _suite.select(name)[0].build()
+            top, every = _exhaustive(built, cuda, flush)
+            exhaustive[name] = {"top": top, "ms": every}
+            chosen = sorted(set(chosen) | set(top))
             calls[name] = {i: (built.direct(built.configs[i]), built.kernel_name) for i in chosen}
             for call, _ in calls[name].values():  # load each (and the CUDA context)
                 for _ in range(3):
@@ -225,7 +254,8 @@ def child_judge() -> dict:
                 times[name][i].append(ms)
     _free()
     return {"method": "cupti kernel time, L2 flushed" if cuda else "wall clock (interpreter)", "rounds": rounds,
-            "calls_per_round": counts, "times": times, "errors": errors, "child_s": time.perf_counter() - started}
+            "calls_per_round": counts, "times": times, "exhaustive": exhaustive, "errors": errors,
+            "child_s": time.perf_counter() - started}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -262,7 +292,9 @@ def run(name: str, env: dict, timeout: float) -> dict:
 
 
 def metrics(names: list, runs: dict, judged: dict) -> dict:
-    """Per case and mode: distinct picks, flip rate, worst and mean pick over the best pick seen (%)."""
+    """Per case and mode: distinct picks, flip rate, worst and mean pick over the best (%), the best
+    being the fastest of the picks and of the exhaustive pass's few fastest, timed in the same rounds;
+    and the mean seconds of the key's tuning."""
     out = {}
     for name in names:
         times = {int(i): statistics.median(v) for i, v in judged.get(name, {}).items() if v}
@@ -278,9 +310,11 @@ def metrics(names: list, runs: dict, judged: dict) -> dict:
             pairs = list(itertools.combinations(chosen, 2))
             slow = [100 * (times[i] / best - 1) for i in chosen if i in times]
             if not chosen:
-                row[mode] = {"n": 0, "distinct": None, "flip_rate": None, "worst_pct": None, "mean_pct": None}
+                row[mode] = {"n": 0, "distinct": None, "flip_rate": None, "worst_pct": None, "mean_pct": None,
+                             "tune_s": None}
                 continue
-            row[mode] = {"n": len(chosen), "distinct": len(set(chosen)),
+            tune = [r["picks"][name]["tune_s"] for r in runs[mode] if name in r.get("picks", {})]
+            row[mode] = {"n": len(chosen), "distinct": len(set(chosen)), "tune_s": statistics.mean(tune),
                          "flip_rate": sum(a != b for a, b in pairs) / len(pairs) if pairs else None,
                          "worst_pct": max(slow) if slow else None,
                          "mean_pct": statistics.mean(slow) if slow else None}
@@ -299,7 +333,9 @@ def summary(per_case: dict, modes: tuple) -> dict:
     for mode in modes:
         rows = [r[mode] for r in per_case.values() if mode in r]
         found[mode] = {"cases": len(rows), **{k: _mean(rows, k) for k in ("distinct", "flip_rate", "worst_pct",
-                                                                            "mean_pct")}, "tune_s": None}
+                                                                            "mean_pct")}, "tune_s": None,
+                       "worst_of_all_pct": max((r["worst_pct"] for r in rows if r["worst_pct"] is not None),
+                                               default=None)}
     return found
 
 
@@ -307,11 +343,11 @@ def table(results: dict) -> None:
     def cell(m: dict) -> str:
         f = lambda key, spec: format(m[key], spec) if m.get(key) is not None else "-"
         return (f"{f('distinct', '')!s:>4} {f('flip_rate', '.2f'):>5} {f('worst_pct', '.1f'):>7} "
-                f"{f('mean_pct', '.1f'):>7}")
+                f"{f('mean_pct', '.1f'):>7} {f('tune_s', '.2f'):>6}")
 
     modes = ("upstream", "plugin")
-    head = f"{'picks':>4} {'flips':>5} {'worst%':>7} {'mean%':>7}"
-    print(f"\n{'':28} {'':>9}   {'upstream':^25}   {'plugin':^25}")
+    head = f"{'picks':>4} {'flips':>5} {'worst%':>7} {'mean%':>7} {'tune s':>6}"
+    print(f"\n{'':28} {'':>9}   {'upstream':^32}   {'plugin':^32}")
     print(f"{'case':28} {'best ms':>9} | {head} | {head}")
     for name, row in results["per_case"].items():
         if "error" in row:
@@ -320,7 +356,10 @@ def table(results: dict) -> None:
         print(f"{name:28} {row['best_ms']:9.4f} | " + " | ".join(cell(row.get(m, {})) for m in modes))
     means = [results["summary"].get(m, {}) for m in modes]
     print(f"{'mean over cases':28} {'':9} | " + " | ".join(
-        cell({**s, "distinct": round(s["distinct"], 2) if s.get("distinct") is not None else None}) for s in means))
+        cell({**s, "distinct": round(s["distinct"], 2) if s.get("distinct") is not None else None, "tune_s": None})
+        for s in means))
+    print("worst pick of all: " + "; ".join(f"{m} {s['worst_of_all_pct']:.1f}%" for m, s in zip(modes, means)
+                                            if s.get("worst_of_all_pct") is not None))
     runs = {m: [r["wall_s"] for r in results["runs"][m] if "picks" in r] for m in modes}
     print("processes: " + "; ".join(f"{m} {len(t)} ({statistics.mean(t):.0f}s each, tuning "
                                     f"{results['summary'][m]['tune_s'] or 0:.0f}s)" if t else f"{m} 0"
