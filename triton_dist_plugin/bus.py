@@ -93,6 +93,11 @@ def _impls(hook_name: str):
     return [impl for impl in impls if not (impl.hookwrapper or getattr(impl, "wrapper", False))]
 
 
+def implementers(hook_name: str) -> set:
+    """The names of the plugins that implement ``hook_name``, wrappers included."""
+    return {impl.plugin_name for impl in getattr(plugin_manager().hook, hook_name).get_hookimpls()}
+
+
 def _call(impl, kwargs: dict) -> Any:
     return impl.function(**{name: kwargs[name] for name in impl.argnames})
 

@@ -54,6 +54,10 @@ class Policy:
     full_rounds: int = 4
     full_runs_least: int = 10
     full_runs_most: int = 1000
+    # Where the method is the default on CUDA, a key whose fastest finalist screened under this
+    # (ms) has its later rounds timed by the profiler: events add a few microseconds of launch gap
+    # to each call, and its jitter is as large as what separates short kernels' configs.
+    profile_below: float = 0.1
 
     # -- Settling (``settle.py``): finalists too close to call are measured again, interleaved.
     tie: float = 0.01  # finalists within 1% of the fastest are too close to call...

@@ -56,11 +56,19 @@ def resolve_method(device: str) -> str:
             warn_once((method, "wall"), f"{ENV}={raw} needs a GPU or NPU; timing with the wall clock instead")
         return "wall"
     if method is None:
-        return "event"
+        return "event"  # the engine may time short kernels' later rounds by the profiler (``shorts_profiled``)
     if method == "cudagraph" and device != "cuda":
         warn_once((method, device), f"{ENV}=cudagraph needs CUDA graphs, which {device} lacks; using device events")
         return "event"
     return method
+
+
+def shorts_profiled(device: str, method: str) -> bool:
+    """Whether the later rounds of a short kernel may be timed by the profiler: the method is the
+    default (unset) on CUDA, where events add a few microseconds of launch gap, and its jitter,
+    to every call."""
+    raw = settings.value(ENV)
+    return device == "cuda" and method == "event" and _ALIASES.get(raw, raw) is None
 
 
 def _quantiles(samples: list[float], quantiles: tuple) -> list[float]:
@@ -161,7 +169,6 @@ def bench_cudagraph(
 
 def _cuda_profiler(call: Callable, name: str, n_warmup: int, n_repeat: int, quantiles: tuple) -> list[float]:
     import torch
-    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
     from triton.runtime.driver import driver
 
@@ -174,16 +181,69 @@ def _cuda_profiler(call: Callable, name: str, n_warmup: int, n_repeat: int, quan
             cache.zero_()  # an L2 flush before each call, as the event timer and upstream time
             call()
         torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
-    # The kernel by its own name; a part of a name only where none has it whole (the flush's own
-    # kernel must never count, whatever the tuned kernel is called).
-    times = [e.device_time for e in kernels if e.name == name] or \
-        [e.device_time for e in kernels if name in e.name and "Fill" not in e.name]
+    times = kernel_times(prof, name)
     if not times:
         raise MethodUnavailable(f"the CUDA profiler recorded no kernel named {name!r} (is CUPTI available?)")
     per_call = len(times) // n_repeat or 1
-    sums = [sum(times[i : i + per_call]) / 1e3 for i in range(0, per_call * (len(times) // per_call), per_call)]
+    sums = [sum(times[i : i + per_call]) for i in range(0, per_call * (len(times) // per_call), per_call)]
     return _quantiles(sums, quantiles)
+
+
+def kernel_times(prof, name: str) -> list[float]:
+    """The device time (ms) of each kernel a CUDA profiler session recorded under ``name``, in
+    launch order: by the kernel's own name, or by a part of it only where none has it whole (the
+    L2 flush's kernel never counts, whatever the tuned kernel is called)."""
+    from torch.autograd import DeviceType
+
+    try:  # the raw records: torch's tree of events takes tens of milliseconds to build
+        rows = [(e.start_ns(), e.duration_ns() / 1e6, e.name()) for e in prof.profiler.kineto_results.events()
+                if e.device_type() == DeviceType.CUDA]
+    except (AttributeError, TypeError):  # a torch without them
+        rows = []
+    if not rows:
+        rows = [(e.time_range.start, e.device_time / 1e3, e.name) for e in prof.events()
+                if e.device_type == DeviceType.CUDA]
+    found = [r for r in rows if r[2] == name] or [r for r in rows if name in r[2] and "Fill" not in r[2]]
+    return [ms for _, ms, _ in sorted(found, key=lambda r: r[0])]
+
+
+def profile_rounds(calls: list, name: str, n_warmup: int, n_repeat: int, rounds: int,
+                   quantiles: tuple) -> list[list[float]]:
+    """CUDA: each of ``calls`` timed by its kernel's device time alone, in one profiler session
+    (a session costs milliseconds, and the first in a process far more: one per candidate and round
+    would cost more than the timing), over ``rounds`` interleaved rounds (the given order, then
+    backwards, ...) of ``n_repeat`` calls each, an L2 flush before every call, after ``n_warmup``
+    untimed calls each. Each quantile is the median over the rounds. Raises ``MethodUnavailable``
+    where the records cannot be told apart (a call that launched no such kernel, or more than
+    one), and what a call raises: the caller then times each alone, which says which failed."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from triton.runtime.driver import driver
+
+    cache = driver.active.get_empty_cache_for_benchmark()
+    for call in calls:
+        for _ in range(n_warmup):
+            call()
+    turns = [list(range(len(calls)))[:: 1 if r % 2 == 0 else -1] for r in range(rounds)]
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for turn in turns:
+            for i in turn:
+                for _ in range(n_repeat):
+                    cache.zero_()
+                    calls[i]()
+        torch.cuda.synchronize()
+    times = kernel_times(prof, name)
+    if len(times) != rounds * len(calls) * n_repeat:
+        raise MethodUnavailable(f"the CUDA profiler recorded {len(times)} kernels named {name!r} for "
+                                f"{rounds * len(calls) * n_repeat} calls")
+    per: list = [[] for _ in calls]
+    at = 0
+    for turn in turns:
+        for i in turn:
+            per[i].append(_quantiles(times[at : at + n_repeat], quantiles))
+            at += n_repeat
+    return [[statistics.median(r[q] for r in found) for q in range(len(quantiles))] for found in per]
 
 
 def _npu_profiler(call: Callable, n_warmup: int, n_repeat: int, quantiles: tuple) -> list[float]:

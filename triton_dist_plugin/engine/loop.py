@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Optional
 
-from .. import bus, distributed, settle
+from .. import bus, distributed, settle, timing
 from ..compiling.stream import SKIPPED, Stream
 from ..failures import NOT_SEARCHED, NoValidConfig, let_through, reason_of
 from ..hook_objects import INF3, TuningRequest
@@ -23,7 +23,7 @@ from ..search import model
 from ..search.space import Space
 from .outcome import Outcome, timer_of
 from .rounds import answering, finalists_of, per_round, round_, rounds, scores_of, time_candidate
-from .screen import Screen
+from .screen import Screen, fastest_of
 
 
 def run_candidates(
@@ -103,6 +103,7 @@ class _Run:
         # sharing its findings (what the loop finds reaches the caller's request too).
         request = request if request.group is group else replace(request, group=group)
         self.request, self.configs, self.make_call, self.method = request, configs, make_call, method
+        self.shorts = timing.shorts_profiled(request.device, method)
         self.do_bench, self.group, self.on_candidate, self.prepare = do_bench, group, on_candidate, prepare
         self.alone = group is None or distributed.world_size(group) < 2
         # Resolved once: every phase of this tuning goes by the same numbers.
@@ -166,6 +167,7 @@ class _Run:
         if step.early or step.hopeless:
             note += f" ({step.early} as they compiled; {step.hopeless} left uncompiled as hopeless)"
         if steady:
+            self.profile_if_short(finalists)
             screen.warm_up(self.calls, self.timings, finalists)
         if len(finalists) > policy.final_count:
             started, before = time.perf_counter(), dict(request.found.timers)
@@ -180,6 +182,19 @@ class _Run:
             finalists = screen.narrow(second) or finalists
         request.found.notes.append(f"{note}; measuring the best {len(finalists)} fully")
         return finalists
+
+    def profile_if_short(self, finalists: list) -> None:
+        """Time the rounds after the screening by the profiler (the kernel's device time alone, all
+        of a round's calls in one session) where the default timer is on (``timing.shorts_profiled``)
+        and the fastest finalist screened under ``Policy.profile_below`` ms: device events there
+        add a launch gap whose jitter is as large as the differences between the finalists, and
+        processes would pick apart by it. The screened times say the same on every rank."""
+        fastest = fastest_of(self.timings, finalists)
+        if fastest is None or not self.shorts or self.timings[fastest][0] >= self.policy.profile_below:
+            return
+        self.method = "profiler"
+        self.request.found.notes.append(f"the fastest screened ran {self.timings[fastest][0]:.4f} ms: the "
+                                        "later rounds time the kernel alone, by the profiler")
 
     def measure(self, finalists: list, steady: Optional[Screen], interleave: bool, n_warmup, n_repeat) -> dict:
         """The full measurement of ``finalists``: the counts given, or (``steady``: settling

@@ -8,13 +8,15 @@ import math
 import statistics
 from typing import Any, Callable, Optional
 
-from .. import bus
+from .. import bus, distributed, timing
 from ..failures import Timing, reason_of
 from ..hook_objects import INF3, CandidateRequest
 from ..search import model
 from .outcome import OWN_DO_BENCH
 
 BUILT_IN_TIMERS = frozenset({"tdp.timing", "tdp.leader"})  # bus: the built-in timer, and the leader's skip
+PROFILER_RUNS = (5, 30)  # the profiler method's own warm-up and timed calls, where a round asks for none
+QUANTILES = CandidateRequest.__dataclass_fields__["quantiles"].default
 
 
 def time_one(cand: CandidateRequest, do_bench: Optional[Callable] = None) -> tuple[list[float], Optional[str]]:
@@ -71,6 +73,10 @@ def rounds(request, configs, calls, method, do_bench, n_warmup, n_repeat, rounds
     later), in the given order and then backwards, by turns: a steady drift of the device's clock
     puts each config as far along it as every other. Each quantile is the median over the rounds.
     One that fails (on any rank: the reduced times say so) is not run again and ends as infinity."""
+    if method == "profiler" and do_bench is None:
+        found = _profiled(request, configs, calls, n_warmup, n_repeat, rounds, group, on_candidate)
+        if found is not None:
+            return found
     if rounds <= 1:
         return round_(request, configs, calls, method, do_bench, n_warmup, n_repeat, group, on_candidate)
     per, later = per_round(n_repeat, rounds), max(1, n_warmup // rounds)
@@ -91,6 +97,33 @@ def rounds(request, configs, calls, method, do_bench, n_warmup, n_repeat, rounds
             [statistics.median(t[q] for t in samples[id(c)]) for q in range(3)] for c in configs}, failures
 
 
+def _profiled(request, configs, calls, n_warmup, n_repeat, count, group, on_candidate) -> Optional[tuple]:
+    """``rounds`` by the profiler in one session (``timing.profile_rounds``), where the built-in
+    timer is the one that would time each and this process tunes alone (ranks must each take the
+    same collectives, whatever failed where); None where it cannot, and the caller times each alone:
+    a candidate that fails, or launches what the session cannot tell apart, is found there."""
+    if request.device != "cuda" or distributed.world_size(group) > 1 or \
+            not bus.implementers("tdp_time_candidate") <= BUILT_IN_TIMERS:
+        return None
+    live = [c for c in configs if c in calls]
+    runs = n_repeat if n_repeat is not None else PROFILER_RUNS[1]
+    try:
+        found = timing.profile_rounds([calls[c] for c in live], request.kernel_name,
+                                      PROFILER_RUNS[0] if n_warmup is None else n_warmup,
+                                      per_round(runs, count) if count > 1 else max(1, runs), max(1, count), QUANTILES)
+    except bus.PluginError:
+        raise
+    except Exception:
+        return None
+    timings = {c: list(INF3) for c in configs}
+    timings.update(zip(live, found))
+    if on_candidate is not None:
+        for config in live:
+            on_candidate(config, timings[config], None)
+    reduced = bus.first_result("tdp_reduce_timings", same_keys(timings), request=request, timings=timings, group=group)
+    return (reduced if reduced is not None else timings), {}
+
+
 def per_round(n_repeat: int, rounds: int) -> int:
     return max(3, -(-n_repeat // rounds))  # at least 3: a median
 
@@ -101,6 +134,10 @@ def round_(request, configs, calls, method, do_bench, n_warmup, n_repeat, group,
     failure) is not run but still takes part in the reduction as infinity, so every rank
     reduces the same list whatever failed where. Those in ``timed`` were timed already (as they
     compiled: ``stream.py``) and take part as they are."""
+    if method == "profiler" and do_bench is None and not timed:
+        found = _profiled(request, configs, calls, n_warmup, n_repeat, 1, group, on_candidate)
+        if found is not None:
+            return found
     timings, failures = {}, {}
     for config in configs:
         if timed and config in timed:
