@@ -107,6 +107,7 @@ NOT_MEASURED: dict[str, dict[str, str]] = {
         "the benchmarker's 25 + 100 ms": "upstream do_bench's default warm-up and repetition budgets",
         "take about 25 ms by their earlier rounds": "how long the full measurement runs (policy)",
         "runs for about 25 ms, untimed": "the warm-up before the longer rounds (policy)",
+        "screened under 0.1 ms": "below which a short kernel's later rounds are profiled (policy)",
     },
 }
 

@@ -153,7 +153,8 @@ def tdp_time_candidate(request):
         the candidate once (pre/post hooks, ``reset_to_zero`` and ``restore_value`` included),
         ``config``, ``kernel_name``, ``key``, ``n_warmup``/``n_repeat`` (None: the method's
         default), ``device`` (``"cuda"``, ``"npu"``, ``"cpu"``), ``method`` (the resolved
-        ``TRITON_BENCH_METHOD``) and ``quantiles``.
+        ``TRITON_BENCH_METHOD``; ``profiler`` for a short kernel's rounds after the screening,
+        where it is unset on CUDA: ``docs/timing.md``) and ``quantiles``.
     :returns: milliseconds, as a float or upstream's ``[p50, p20, p80]`` list, or None to let
         the next implementation decide. Stops at the first non-None result. Raising marks the
         candidate as failed (timed as infinity, with the exception as its reason).

@@ -28,9 +28,9 @@ def time_one(cand: CandidateRequest, do_bench: Optional[Callable] = None) -> tup
         if do_bench is not None:
             _timed_by(cand, OWN_DO_BENCH)
             returned = do_bench(cand.call, quantiles=cand.quantiles)
-            timing = Timing(bus.as_timing(returned))
-            timing.raw = returned
-            return timing, None
+            timed = Timing(bus.as_timing(returned))
+            timed.raw = returned
+            return timed, None
         value, timer = bus.first_answer("tdp_time_candidate", bus.as_timing, request=cand)
         if value is None:
             raise RuntimeError("no tdp_time_candidate implementation timed it")
