@@ -107,6 +107,32 @@ def do_bench_rounds(fns: dict, rounds: int = 5, warmup: int = 25, rep: int = 100
     return times
 
 
+def cupti_rounds(fns: dict, name: str, rounds: int = 5) -> dict:
+    """``{key: [ms per round]}``: each of ``fns`` by its kernels' CUPTI time (``cupti_ms``, an L2 flush
+    before each call; about 2 ms of calls, 10 to 100), round-robin, so that drifting clocks hit them alike."""
+    import time
+
+    import torch
+    from triton.runtime.driver import driver
+
+    flush = driver.active.get_empty_cache_for_benchmark().zero_
+    counts = {}
+    for key, f in fns.items():
+        for _ in range(3):
+            f()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(5):
+            f()
+        torch.cuda.synchronize()
+        counts[key] = max(10, min(100, int(2.0 / max((time.perf_counter() - t0) / 5 * 1e3, 1e-3))))
+    times: dict = {key: [] for key in fns}
+    for _ in range(rounds):
+        for key, f in fns.items():
+            times[key].append(cupti_ms(f, name, counts[key], flush))
+    return times
+
+
 def config_dict(config: Any) -> dict:
     """A ``triton.Config`` as the results record a pick: ``{"kwargs", "num_warps", "num_stages"}``."""
     return {"kwargs": config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}

@@ -6,8 +6,8 @@
    one process and the plugin in another, each with an empty Triton cache of its own. Then every
    config is measured carefully (do_bench median, 3 rounds) to place both picks.
 2. configs=[] (the plugin's generated candidates) against an expert hand-written space for add,
-   softmax, layernorm and matmul at a few fp16 shapes: the pick of each, measured carefully, and
-   how many candidates each side timed.
+   softmax, layernorm and matmul at a few fp16 shapes: the pick of each and every expert config,
+   judged by CUPTI kernel time (5 rounds, round-robin), and how many candidates each side timed.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from _common import (
     careful_ms,
     collect_notes,
     config_dict,
-    do_bench_rounds,
+    cupti_rounds,
     first_call_matmul,
     launch_meta,
     save_results,
@@ -116,15 +116,16 @@ def quality() -> list:
             gen_s = time.perf_counter() - t0
             pick = gen.best_config
             space = expert_space(name, shape)
-            # The pick and the expert space measured together, round-robin, so drifting clocks
-            # hit both alike; the median of five rounds counts.
+            # The pick and the expert space measured together by their kernels' device time (CUPTI,
+            # an L2 flush before each call), round-robin, so drifting clocks hit both alike; the
+            # median of five rounds counts.
             calls = [lambda c=c, run=run, jit=jit: run(jit, **c) for c in space]
             # The pick is launched with the same keywords the expert configs name: for a few-us kernel,
             # passing Triton's default options too costs ~1 us of host time that events would count.
             named = set().union(*space)
             pick_kwargs = {k: v for k, v in pick.all_kwargs().items() if k in named or k in pick.kwargs}
             calls.append(lambda run=run, jit=jit, kw=pick_kwargs: run(jit, **kw))
-            rounds = do_bench_rounds(dict(enumerate(calls)))
+            rounds = cupti_rounds(dict(enumerate(calls)), getattr(jit, "fn", jit).__name__)
             med = [statistics.median(rounds[i]) for i in range(len(calls))]
             expert, pick_ms = med[:-1], med[-1]
             best_i = min(range(len(expert)), key=expert.__getitem__)
