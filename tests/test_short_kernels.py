@@ -93,6 +93,8 @@ def test_a_short_kernel_is_picked_by_its_own_time_in_a_few_profiler_sessions(mon
     assert 2 <= len(device.sessions) <= 2 + engine.Screen().policy.settle_rounds and not device.alone
     second, full = device.sessions[:2]
     assert second[3] == engine.Screen().policy.second_rounds and full[3] == engine.Screen().policy.full_rounds
+    # A device time needs no launch gap averaged away: at most ``profiled_runs_most`` runs, not 25 ms' worth.
+    assert full[2] * full[3] == engine.Screen().policy.profiled_runs_most, device.sessions
     # The screening was by events, each candidate once.
     assert device.event_calls == len(CANDIDATES)
 

@@ -58,6 +58,7 @@ class Policy:
     # (ms) has its later rounds timed by the profiler: events add a few microseconds of launch gap
     # to each call, and its jitter is as large as what separates short kernels' configs.
     profile_below: float = 0.1
+    profiled_runs_most: int = 200  # ...and its full measurement runs at most this many (each after an L2 flush)
 
     # -- Settling (``settle.py``): finalists too close to call are measured again, interleaved.
     tie: float = 0.01  # finalists within 1% of the fastest are too close to call...
@@ -104,7 +105,7 @@ class Policy:
                     raise ValueError(f"Policy.{name}={values!r}: expected finite numbers >= 0")
         for name in ("screen_repeat", "second_repeat", "keep_at_least", "final_count", "final_most", "settle_rounds",
                      "settle_rounds_least", "full_rounds", "batch", "leaders", "guided_leaders", "keep_min",
-                     "patience", "full_runs_least", "second_rounds"):
+                     "patience", "full_runs_least", "second_rounds", "profiled_runs_most"):
             if getattr(self, name) < 1 or not isinstance(getattr(self, name), int):
                 raise ValueError(f"Policy.{name}={getattr(self, name)!r}: expected a whole number >= 1")
         if self.settle_rounds_least > self.settle_rounds or self.final_count > self.final_most or \

@@ -202,6 +202,9 @@ class _Run:
         self.ready_up(finalists)
         started, before = time.perf_counter(), dict(self.request.found.timers)
         full = steady.full_runs(self.timings, finalists) if steady is not None else (n_warmup, n_repeat)
+        if steady is not None and self.method == "profiler" and full[1] is not None:  # a device time has no launch
+            most = self.policy.profiled_runs_most  # gap to average away: fewer runs say as much, flushes cost
+            full = (min(full[0], most // 4), min(full[1], most))
         count = self.policy.full_rounds if interleave and full[1] is not None and len(finalists) > 1 else 1
         final, failed = rounds(self.request, finalists, self.calls, self.method, self.do_bench, *full, count,
                                self.group, self.on_candidate)
