@@ -108,6 +108,7 @@ NOT_MEASURED: dict[str, dict[str, str]] = {
         "take about 25 ms by their earlier rounds": "how long the full measurement runs (policy)",
         "runs for about 25 ms, untimed": "the warm-up before the longer rounds (policy)",
         "screened under 0.1 ms": "below which a short kernel's later rounds are profiled (policy)",
+        "at most 200 times, not about 25 ms": "the profiled full measurement's cap (policy)",
     },
 }
 
