@@ -129,10 +129,39 @@ def test_a_timing_plugin_still_times_every_round(monkeypatch, plugins):
     assert outcome.best is CANDIDATES[0] and "profiler" in mine.methods  # told how the rounds want timing
 
 
-def test_records_the_session_cannot_tell_apart_are_timed_one_candidate_at_a_time(monkeypatch):
+def test_a_session_that_records_nothing_leaves_the_later_rounds_to_events_with_their_counts(monkeypatch):
+    # CUPTI held by another tool, or no kernel launched: events from then on, asked once, never
+    # upstream's whole benchmarking budget per candidate.
     device = Device(monkeypatch, EVENTS, KERNEL, batch_fails=True)
+    counts = []
+    events = device.bench_event
+
+    def counted(call, dev, n_warmup, n_repeat, quantiles):
+        counts.append((n_warmup, n_repeat))
+        return events(call, dev, n_warmup, n_repeat, quantiles)
+
+    monkeypatch.setattr(timing, "bench_event", counted)
+    attempts = []
+    fails = device.profile_rounds
+    monkeypatch.setattr(timing, "profile_rounds", lambda *a: attempts.append(1) or fails(*a))
     outcome, request = tune(device)
-    assert outcome.best is CANDIDATES[0] and device.alone, request.found.notes
+    assert outcome.best is CANDIDATES[1] and not device.alone and len(attempts) == 1, request.found.notes
+    assert any("timed nothing" in n for n in request.found.notes)
+    assert len(counts) > len(CANDIDATES) and (None, None) not in counts
+
+
+def test_inside_a_profiler_session_of_the_users_own_nothing_is_profiled(monkeypatch):
+    device = Device(monkeypatch, EVENTS, KERNEL)
+    monkeypatch.setattr(timing, "profiler_busy", lambda: True)
+    outcome, request = tune(device)
+    assert not device.sessions and not device.alone and outcome.best is CANDIDATES[1]
+
+
+def test_picks_made_so_are_stored_apart_from_picks_timed_by_events_alone(monkeypatch):
+    assert timing.method_named("cuda", timing.resolve_method("cuda")) == timing.SHORTS
+    assert timing.method_named("npu", "event") == "event" and timing.method_named("cpu", "wall") == "wall"
+    monkeypatch.setenv("TRITON_BENCH_METHOD", "event")
+    assert timing.method_named("cuda", timing.resolve_method("cuda")) == "event"
 
 
 def test_a_failing_finalist_in_a_session_is_found_alone_and_never_picked(monkeypatch):
@@ -157,8 +186,15 @@ def test_a_failing_finalist_in_a_session_is_found_alone_and_never_picked(monkeyp
 
 
 class Record:
-    def __init__(self, name, start, ns, device=DeviceType.CUDA):
+    def __init__(self, name, start, ns, device=DeviceType.CUDA, index=0, annotation=False):
         self._name, self._start, self._ns, self._device = name, start, ns, device
+        self._index, self._annotation = index, annotation
+
+    def device_index(self):
+        return self._index
+
+    def is_user_annotation(self):
+        return self._annotation
 
     def name(self):
         return self._name
@@ -178,10 +214,12 @@ def _session(records):
                            events=lambda: [])
 
 
-def test_kernel_records_are_read_by_name_in_launch_order_never_the_flush():
+def test_kernel_records_are_read_by_name_in_launch_order_never_the_flush(monkeypatch):
+    monkeypatch.setattr(timing, "_current_cuda_device", lambda: 0)  # no GPU here: this process's device 0
     flush = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>>"
     records = [Record("add_kernel", 30, 2000), Record(flush, 5, 60000), Record("add_kernel", 10, 1000),
-               Record("add_kernel_2", 20, 9000), Record("add_kernel", 50, 3000, DeviceType.CPU)]
+               Record("add_kernel_2", 20, 9000), Record("add_kernel", 50, 3000, DeviceType.CPU),
+               Record("add_kernel", 60, 4000, index=1), Record("add_kernel", 70, 5000, annotation=True)]
     assert timing.kernel_times(_session(records), "add_kernel") == [0.001, 0.002]
     # where no kernel has the name whole, a part of it (a compiler's suffix), still never the flush
     assert timing.kernel_times(_session(records), "add_k") == [0.001, 0.009, 0.002]

@@ -38,13 +38,16 @@ class TuningFindings:
     timers: dict = field(default_factory=dict)
     #: those of ``timers`` that timed the full measurement (the times every view shows), once it ran
     shown_by: Optional[set] = None
+    #: why a profiler session timed nothing in this tuning (CUPTI held elsewhere, no kernel
+    #: launched): its later rounds are then timed by device events, with the same counts
+    unprofiled: Optional[str] = None
 
 
 _UNSET: Any = object()  # a finding not given to the constructor (None is a value: "no ranking")
 
 #: The findings a request once held itself: still read there, and (deprecated) assigned there
-#: (those added since, ``timers`` and ``shown_by``, live in ``found`` alone).
-FINDINGS = tuple(f.name for f in fields(TuningFindings) if f.name not in ("timers", "shown_by"))
+#: (those added since, ``timers``, ``shown_by`` and ``unprofiled``, live in ``found`` alone).
+FINDINGS = tuple(f.name for f in fields(TuningFindings) if f.name not in ("timers", "shown_by", "unprofiled"))
 
 
 def _read_through(name: str) -> property:

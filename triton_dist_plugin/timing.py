@@ -63,12 +63,30 @@ def resolve_method(device: str) -> str:
     return method
 
 
+SHORTS = "event+profiler"  # the default on CUDA as stored and shown: short kernels' later rounds profiled
+
+
 def shorts_profiled(device: str, method: str) -> bool:
     """Whether the later rounds of a short kernel may be timed by the profiler: the method is the
     default (unset) on CUDA, where events add a few microseconds of launch gap, and its jitter,
     to every call."""
     raw = settings.value(ENV)
     return device == "cuda" and method == "event" and _ALIASES.get(raw, raw) is None
+
+
+def method_named(device: str, method: str) -> str:
+    """``method`` as a pick is stored and shown: ``SHORTS`` where short kernels are profiled (such
+    picks are never served to a tuning that times by events alone, nor the other way round)."""
+    return SHORTS if shorts_profiled(device, method) else method
+
+
+def profiler_busy() -> bool:
+    """Whether a profiler session is running already (the user's own): a session of ours inside it
+    would end it."""
+    import torch
+
+    enabled = getattr(getattr(torch._C, "_autograd", None), "_profiler_enabled", None)
+    return bool(enabled()) if enabled is not None else False
 
 
 def _quantiles(samples: list[float], quantiles: tuple) -> list[float]:
@@ -195,9 +213,11 @@ def kernel_times(prof, name: str) -> list[float]:
     L2 flush's kernel never counts, whatever the tuned kernel is called)."""
     from torch.autograd import DeviceType
 
+    device = _current_cuda_device()
     try:  # the raw records: torch's tree of events takes tens of milliseconds to build
         rows = [(e.start_ns(), e.duration_ns() / 1e6, e.name()) for e in prof.profiler.kineto_results.events()
-                if e.device_type() == DeviceType.CUDA]
+                if e.device_type() == DeviceType.CUDA and not e.is_user_annotation()
+                and (device < 0 or e.device_index() in (device, -1))]
     except (AttributeError, TypeError):  # a torch without them
         rows = []
     if not rows:
@@ -205,6 +225,13 @@ def kernel_times(prof, name: str) -> list[float]:
                 if e.device_type == DeviceType.CUDA]
     found = [r for r in rows if r[2] == name] or [r for r in rows if name in r[2] and "Fill" not in r[2]]
     return [ms for _, ms, _ in sorted(found, key=lambda r: r[0])]
+
+
+def _current_cuda_device() -> int:
+    """The device this process launches on (another thread's launches on another GPU never count)."""
+    import torch
+
+    return torch.cuda.current_device() if torch.cuda.is_available() else -1
 
 
 def profile_rounds(calls: list, name: str, n_warmup: int, n_repeat: int, rounds: int,
@@ -259,17 +286,19 @@ def _npu_profiler(call: Callable, n_warmup: int, n_repeat: int, quantiles: tuple
 def bench_profiler(
     call: Callable, device: str, name: str, n_warmup: Optional[int], n_repeat: Optional[int], quantiles: tuple
 ) -> list[float]:
-    n_warmup = 5 if n_warmup is None else n_warmup
-    n_repeat = 30 if n_repeat is None else max(1, n_repeat)
+    warmup = 5 if n_warmup is None else n_warmup
+    repeat = 30 if n_repeat is None else max(1, n_repeat)
     try:
         if device == "npu":
-            return _npu_profiler(call, n_warmup, n_repeat, quantiles)
+            return _npu_profiler(call, warmup, repeat, quantiles)
         if device == "cuda":
-            return _cuda_profiler(call, name, n_warmup, n_repeat, quantiles)
+            if profiler_busy():
+                raise MethodUnavailable("a profiler session is running already")
+            return _cuda_profiler(call, name, warmup, repeat, quantiles)
         raise MethodUnavailable(f"no profiler timing for device {device!r}")
     except MethodUnavailable as exc:
-        warn_once(("profiler", device), f"{ENV}=profiler unavailable: {exc}; timing with device events")
-        return bench_event(call, device, None, None, quantiles)
+        warn_once(("profiler", device), f"timing by the profiler is unavailable: {exc}; timing with device events")
+        return bench_event(call, device, n_warmup, n_repeat, quantiles)  # the round's own counts, where it gave some
 
 
 class BuiltinTiming:

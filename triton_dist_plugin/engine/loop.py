@@ -22,8 +22,8 @@ from ..reporting import pick_reason
 from ..search import model
 from ..search.space import Space
 from .outcome import Outcome, timer_of
-from .rounds import answering, finalists_of, per_round, round_, rounds, scores_of, time_candidate
-from .screen import Screen, fastest_of
+from .rounds import answering, finalists_of, per_round, profiled_from_here, round_, rounds, scores_of, time_candidate
+from .screen import Screen
 
 
 def run_candidates(
@@ -44,6 +44,7 @@ def run_candidates(
     features: Optional[Callable[[Any], dict]] = None,
     settled: bool = True,
     anchor: Optional[Callable[[], Any]] = None,
+    profile_shorts: bool = True,
 ) -> Outcome:
     """Time the candidates, reduce over ``group``, pick the fastest; raise if none is valid.
 
@@ -67,10 +68,11 @@ def run_candidates(
     ``known_failures`` are candidates already known not to work: never timed. With
     ``upstream_errors`` (the ``Autotuner`` front ends), a tuning in which no candidate works
     raises the first failure upstream would have let through, if any (see ``failures.let_through``),
-    rather than ``NoValidConfig``.
+    rather than ``NoValidConfig``. ``profile_shorts`` False keeps a short kernel's later rounds on
+    the method given (a front end that compares them with times taken apart from this loop).
     """
     run = _Run(request, list(configs), make_call, method, do_bench, group, on_candidate, prepare, known_failures,
-               screen)
+               screen, profile_shorts)
     steady, interleave = _steadiness(settled, do_bench, screen, method, n_warmup, n_repeat)
     finalists = run.configs
     if screen is not None and len(run.configs) >= run.policy.min_candidates:
@@ -97,13 +99,13 @@ class _Run:
     """One call of ``run_candidates``: each candidate's call, timings and failure so far."""
 
     def __init__(self, request, configs, make_call, method, do_bench, group, on_candidate, prepare,
-                 known_failures, screen):
+                 known_failures, screen, profile_shorts=True):
         self.start = time.perf_counter()
         # The question as this loop asks it, over ``group``: a request is fixed once made, so a copy,
         # sharing its findings (what the loop finds reaches the caller's request too).
         request = request if request.group is group else replace(request, group=group)
         self.request, self.configs, self.make_call, self.method = request, configs, make_call, method
-        self.shorts = timing.shorts_profiled(request.device, method)
+        self.shorts = profile_shorts and timing.shorts_profiled(request.device, method)
         self.do_bench, self.group, self.on_candidate, self.prepare = do_bench, group, on_candidate, prepare
         self.alone = group is None or distributed.world_size(group) < 2
         # Resolved once: every phase of this tuning goes by the same numbers.
@@ -184,17 +186,9 @@ class _Run:
         return finalists
 
     def profile_if_short(self, finalists: list) -> None:
-        """Time the rounds after the screening by the profiler (the kernel's device time alone, all
-        of a round's calls in one session) where the default timer is on (``timing.shorts_profiled``)
-        and the fastest finalist screened under ``Policy.profile_below`` ms: device events there
-        add a launch gap whose jitter is as large as the differences between the finalists, and
-        processes would pick apart by it. The screened times say the same on every rank."""
-        fastest = fastest_of(self.timings, finalists)
-        if fastest is None or not self.shorts or self.timings[fastest][0] >= self.policy.profile_below:
-            return
-        self.method = "profiler"
-        self.request.found.notes.append(f"the fastest screened ran {self.timings[fastest][0]:.4f} ms: the "
-                                        "later rounds time the kernel alone, by the profiler")
+        """The rounds after the screening by the profiler, for a short kernel (``rounds.profiled_from_here``)."""
+        if self.shorts and self.alone and profiled_from_here(self.request, self.timings, finalists, self.policy):
+            self.method = "profiler"
 
     def measure(self, finalists: list, steady: Optional[Screen], interleave: bool, n_warmup, n_repeat) -> dict:
         """The full measurement of ``finalists``: the counts given, or (``steady``: settling

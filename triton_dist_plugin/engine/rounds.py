@@ -13,6 +13,7 @@ from ..failures import Timing, reason_of
 from ..hook_objects import INF3, CandidateRequest
 from ..search import model
 from .outcome import OWN_DO_BENCH
+from .screen import fastest_of
 
 BUILT_IN_TIMERS = frozenset({"tdp.timing", "tdp.leader"})  # bus: the built-in timer, and the leader's skip
 PROFILER_RUNS = (5, 30)  # the profiler method's own warm-up and timed calls, where a round asks for none
@@ -73,10 +74,12 @@ def rounds(request, configs, calls, method, do_bench, n_warmup, n_repeat, rounds
     later), in the given order and then backwards, by turns: a steady drift of the device's clock
     puts each config as far along it as every other. Each quantile is the median over the rounds.
     One that fails (on any rank: the reduced times say so) is not run again and ends as infinity."""
+    method = _unless_refused(request, method)
     if method == "profiler" and do_bench is None:
         found = _profiled(request, configs, calls, n_warmup, n_repeat, rounds, group, on_candidate)
         if found is not None:
             return found
+        method = _unless_refused(request, method)
     if rounds <= 1:
         return round_(request, configs, calls, method, do_bench, n_warmup, n_repeat, group, on_candidate)
     per, later = per_round(n_repeat, rounds), max(1, n_warmup // rounds)
@@ -102,10 +105,10 @@ def _profiled(request, configs, calls, n_warmup, n_repeat, count, group, on_cand
     timer is the one that would time each and this process tunes alone (ranks must each take the
     same collectives, whatever failed where); None where it cannot, and the caller times each alone:
     a candidate that fails, or launches what the session cannot tell apart, is found there."""
-    if request.device != "cuda" or distributed.world_size(group) > 1 or \
+    live = [c for c in configs if c in calls]
+    if request.device != "cuda" or not live or distributed.world_size(group) > 1 or timing.profiler_busy() or \
             not bus.implementers("tdp_time_candidate") <= BUILT_IN_TIMERS:
         return None
-    live = [c for c in configs if c in calls]
     runs = n_repeat if n_repeat is not None else PROFILER_RUNS[1]
     try:
         found = timing.profile_rounds([calls[c] for c in live], request.kernel_name,
@@ -113,6 +116,10 @@ def _profiled(request, configs, calls, n_warmup, n_repeat, count, group, on_cand
                                       per_round(runs, count) if count > 1 else max(1, runs), max(1, count), QUANTILES)
     except bus.PluginError:
         raise
+    except timing.MethodUnavailable as exc:  # it recorded nothing it could attribute: events from here on
+        request.found.unprofiled = str(exc)
+        request.found.notes.append(f"the profiler timed nothing ({exc}): the later rounds by device events")
+        return None
     except Exception:
         return None
     timings = {c: list(INF3) for c in configs}
@@ -122,6 +129,26 @@ def _profiled(request, configs, calls, n_warmup, n_repeat, count, group, on_cand
             on_candidate(config, timings[config], None)
     reduced = bus.first_result("tdp_reduce_timings", same_keys(timings), request=request, timings=timings, group=group)
     return (reduced if reduced is not None else timings), {}
+
+
+def profiled_from_here(request, timings: dict, finalists: list, policy) -> bool:
+    """Whether a tuning that profiles short kernels (``timing.shorts_profiled``, this process
+    alone: a session that fails on one rank would change that rank's collectives) times the
+    rounds after its screening by the profiler: where its fastest finalist screened under
+    ``Policy.profile_below`` ms. Device events there add a launch gap whose jitter is as large as
+    what separates the finalists, and processes would pick apart by it. Not inside a profiler
+    session of the user's own, which one of ours would end."""
+    fastest = fastest_of(timings, finalists)
+    if fastest is None or timings[fastest][0] >= policy.profile_below or timing.profiler_busy():
+        return False
+    request.found.notes.append(f"the fastest screened ran {timings[fastest][0]:.4f} ms: the later rounds time "
+                               "the kernel alone, by the profiler")
+    return True
+
+
+def _unless_refused(request, method: str) -> str:
+    """``event`` for a tuning whose profiler session timed nothing (``found.unprofiled``), else ``method``."""
+    return "event" if method == "profiler" and getattr(request.found, "unprofiled", None) else method
 
 
 def per_round(n_repeat: int, rounds: int) -> int:
@@ -134,10 +161,12 @@ def round_(request, configs, calls, method, do_bench, n_warmup, n_repeat, group,
     failure) is not run but still takes part in the reduction as infinity, so every rank
     reduces the same list whatever failed where. Those in ``timed`` were timed already (as they
     compiled: ``stream.py``) and take part as they are."""
+    method = _unless_refused(request, method)
     if method == "profiler" and do_bench is None and not timed:
         found = _profiled(request, configs, calls, n_warmup, n_repeat, 1, group, on_candidate)
         if found is not None:
             return found
+        method = _unless_refused(request, method)
     timings, failures = {}, {}
     for config in configs:
         if timed and config in timed:

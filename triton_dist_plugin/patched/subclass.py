@@ -246,8 +246,10 @@ def _subclass_round(loop: LoopJob) -> engine.Outcome:
 
     def measure(candidates: list, **options):
         try:
+            # profile_shorts off: the candidates left unmeasured are measured again below, apart, by
+            # the method given, and compared with these.
             return engine.run_candidates(request, candidates, make_call, method=loop.method, do_bench=do_bench,
-                                         upstream_errors=True, group=group,
+                                         upstream_errors=True, group=group, profile_shorts=False,
                                          known_failures={c: r for c, r in wrong.items() if c in candidates}, **options)
         except NoValidConfig as exc:  # every one failed: the subclass's loop decides, as upstream
             return engine.Outcome(best=None, timings={c: list(INF3) for c in candidates}, failures=exc.failures,

@@ -60,6 +60,7 @@ class KernelJob(job.Job):
         self.args, self.kwargs, self.named, self.configs = args, kwargs, named, configs
         self.name, self.labels, self.group = state.name, [str(c) for c in configs], request.group
         self.method = timing.resolve_method(request.device)
+        self.method_named = timing.method_named(request.device, self.method)  # stored and shown: picks keyed on it
         self.pre, post = call_hooks(instance)
         self.make_call = make_call_factory(instance, state, args, kwargs, self.pre, post)
         self.checks = {"accuracy": accuracy_check_enabled(instance), "isolated": isolate.enabled(state.generate)}
@@ -68,7 +69,7 @@ class KernelJob(job.Job):
         # Keyed on every check it is made with: a pick stored without the accuracy check or isolation
         # is never reused with them.
         self.store = persist.KernelStore(state.name, instance.fn, request.device,
-                                         distributed.world_size(self.group), configs, self.method,
+                                         distributed.world_size(self.group), configs, self.method_named,
                                          self.checks["accuracy"], self.checks["isolated"]) \
             if persist.enabled(instance) else None
 
@@ -122,7 +123,7 @@ class KernelJob(job.Job):
 
     def persist(self, outcome: engine.Outcome) -> None:
         if self.store is not None:
-            _persist(self.store, self.state, self.key, outcome, self.method, self.request)
+            _persist(self.store, self.state, self.key, outcome, self.method_named, self.request)
 
     def record(self, outcome: Any, best: Any, found: Any) -> None:
         instance, cache_hit = self.instance, outcome is None
@@ -131,7 +132,7 @@ class KernelJob(job.Job):
         listed = outcome.timings if outcome is not None else {
             c: list(t) if isinstance(t, (list, tuple)) else [t] * 3 for c, t in timings.items()}
         # A hit's record tells the stored full measurements from the screening rounds, as a tuning's does.
-        engine.record(self.request, outcome, best, listed, method=self.method, cache_hit=cache_hit,
+        engine.record(self.request, outcome, best, listed, method=self.method_named, cache_hit=cache_hit,
                       measured=found.measured if found is not None else None,
                       decision=found.decision if found is not None else None,
                       timer=found.timer if found is not None else None,
