@@ -13,7 +13,7 @@ PACKAGE = Path(triton_dist_plugin.__file__).resolve().parent
 LAYERS = [
     ("facts", {"_compat", "settings", "policy", "hook_objects", "requests", "_callsite", "failures", "settle"}),
     ("hooks", {"hookspecs"}),
-    ("built-in plugins", {"timing", "distributed", "reporting", "tiling", "search"}),
+    ("built-in plugins", {"timing", "kernel_time", "distributed", "reporting", "tiling", "search"}),
     ("bus and stores", {"bus", "store"}),
     ("engine", {"engine", "compiling", "frozen", "untuned", "job"}),
     ("isolation", {"isolation"}),

@@ -3,7 +3,7 @@ timing method is the default on CUDA: device events add a launch gap whose jitte
 what separates such kernels' configs, and processes would pick apart by it.
 
 No GPU is here: CUDA events and CUPTI are stood in for (``timing.bench_event`` answers the
-screening's times, ``timing.profile_rounds`` and ``timing._cuda_profiler`` the kernel's own), and
+screening's times, ``kernel_time.profile_rounds`` and ``kernel_time.cuda_profiler`` the kernel's own), and
 say so; every candidate is a real launch through the interpreter, and the engine, its rounds and
 the settling are the real ones."""
 
@@ -16,7 +16,7 @@ from helpers import DEVICE
 from search_space import SPACE, copy
 from torch.autograd import DeviceType
 
-from triton_dist_plugin import engine, hookimpl, timing
+from triton_dist_plugin import engine, hookimpl, kernel_time, timing
 from triton_dist_plugin.hook_objects import TuningRequest
 
 CANDIDATES = SPACE[:6]
@@ -37,8 +37,8 @@ class Device:
         self.alone: list = []
         self.event_calls = 0
         monkeypatch.setattr(timing, "bench_event", self.bench_event)
-        monkeypatch.setattr(timing, "profile_rounds", self.profile_rounds)
-        monkeypatch.setattr(timing, "_cuda_profiler", self.cuda_profiler)
+        monkeypatch.setattr(kernel_time, "profile_rounds", self.profile_rounds)
+        monkeypatch.setattr(kernel_time, "cuda_profiler", self.cuda_profiler)
 
     def bench_event(self, call, device, n_warmup, n_repeat, quantiles):
         call()
@@ -47,7 +47,7 @@ class Device:
 
     def profile_rounds(self, calls, name, n_warmup, n_repeat, rounds, quantiles):
         if self.batch_fails:
-            raise timing.MethodUnavailable("the records could not be told apart")
+            raise kernel_time.MethodUnavailable("the records could not be told apart")
         for call in calls:
             call()
         self.sessions.append(([self.index[id(c)] for c in calls], n_warmup, n_repeat, rounds))
@@ -143,7 +143,7 @@ def test_a_session_that_records_nothing_leaves_the_later_rounds_to_events_with_t
     monkeypatch.setattr(timing, "bench_event", counted)
     attempts = []
     fails = device.profile_rounds
-    monkeypatch.setattr(timing, "profile_rounds", lambda *a: attempts.append(1) or fails(*a))
+    monkeypatch.setattr(kernel_time, "profile_rounds", lambda *a: attempts.append(1) or fails(*a))
     outcome, request = tune(device)
     assert outcome.best is CANDIDATES[1] and not device.alone and len(attempts) == 1, request.found.notes
     assert any("timed nothing" in n for n in request.found.notes)
@@ -152,7 +152,7 @@ def test_a_session_that_records_nothing_leaves_the_later_rounds_to_events_with_t
 
 def test_inside_a_profiler_session_of_the_users_own_nothing_is_profiled(monkeypatch):
     device = Device(monkeypatch, EVENTS, KERNEL)
-    monkeypatch.setattr(timing, "profiler_busy", lambda: True)
+    monkeypatch.setattr(kernel_time, "profiler_busy", lambda: True)
     outcome, request = tune(device)
     assert not device.sessions and not device.alone and outcome.best is CANDIDATES[1]
 
@@ -179,8 +179,8 @@ def test_a_failing_finalist_in_a_session_is_found_alone_and_never_picked(monkeyp
             raise RuntimeError("an illegal memory access")
         return Device.cuda_profiler(device, call, name, n_warmup, n_repeat, quantiles)
 
-    monkeypatch.setattr(timing, "profile_rounds", flaky)
-    monkeypatch.setattr(timing, "_cuda_profiler", alone)
+    monkeypatch.setattr(kernel_time, "profile_rounds", flaky)
+    monkeypatch.setattr(kernel_time, "cuda_profiler", alone)
     outcome, _ = tune(device)
     assert outcome.best is CANDIDATES[1] and "illegal memory access" in outcome.failures[CANDIDATES[0]]
 
@@ -215,12 +215,12 @@ def _session(records):
 
 
 def test_kernel_records_are_read_by_name_in_launch_order_never_the_flush(monkeypatch):
-    monkeypatch.setattr(timing, "_current_cuda_device", lambda: 0)  # no GPU here: this process's device 0
+    monkeypatch.setattr(kernel_time, "_current_cuda_device", lambda: 0)  # no GPU here: this process's device 0
     flush = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>>"
     records = [Record("add_kernel", 30, 2000), Record(flush, 5, 60000), Record("add_kernel", 10, 1000),
                Record("add_kernel_2", 20, 9000), Record("add_kernel", 50, 3000, DeviceType.CPU),
                Record("add_kernel", 60, 4000, index=1), Record("add_kernel", 70, 5000, annotation=True)]
-    assert timing.kernel_times(_session(records), "add_kernel") == [0.001, 0.002]
+    assert kernel_time.kernel_times(_session(records), "add_kernel") == [0.001, 0.002]
     # where no kernel has the name whole, a part of it (a compiler's suffix), still never the flush
-    assert timing.kernel_times(_session(records), "add_k") == [0.001, 0.009, 0.002]
-    assert timing.kernel_times(_session([Record(flush, 5, 60000)]), "kernel") == []
+    assert kernel_time.kernel_times(_session(records), "add_k") == [0.001, 0.009, 0.002]
+    assert kernel_time.kernel_times(_session([Record(flush, 5, 60000)]), "kernel") == []

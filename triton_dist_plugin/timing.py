@@ -17,14 +17,14 @@ one warning; an unknown name is an error that lists the valid ones.
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 import warnings
 from typing import Callable, Optional
 
-from . import _compat, settings
+from . import _compat, kernel_time, settings
 from .hookspecs import hookimpl
+from .kernel_time import MethodUnavailable, quantiles_of
 
 ENV = "TRITON_BENCH_METHOD"
 METHODS = settings.METHODS
@@ -33,10 +33,6 @@ _ALIASES = {"npu": "profiler", "": None}
 
 _warned: set = set()
 _warn_lock = threading.Lock()
-
-
-class MethodUnavailable(RuntimeError):
-    """This machine cannot time with the requested method; the caller falls back."""
 
 
 def warn_once(tag: tuple, message: str) -> None:
@@ -80,23 +76,6 @@ def method_named(device: str, method: str) -> str:
     return SHORTS if shorts_profiled(device, method) else method
 
 
-def profiler_busy() -> bool:
-    """Whether a profiler session is running already (the user's own): a session of ours inside it
-    would end it."""
-    import torch
-
-    enabled = getattr(getattr(torch._C, "_autograd", None), "_profiler_enabled", None)
-    return bool(enabled()) if enabled is not None else False
-
-
-def _quantiles(samples: list[float], quantiles: tuple) -> list[float]:
-    samples = sorted(samples)
-    if len(samples) == 1:
-        return [samples[0]] * len(quantiles)
-    cuts = statistics.quantiles(samples, n=100, method="inclusive")
-    return [samples[0] if q <= 0 else samples[-1] if q >= 1 else cuts[round(q * 100) - 1] for q in quantiles]
-
-
 def _as_list(value, quantiles: tuple) -> list[float]:
     """Triton's benchmarkers return a bare float when asked for a single quantile."""
     return [float(value)] * len(quantiles) if isinstance(value, (int, float)) else [float(v) for v in value]
@@ -123,7 +102,7 @@ def bench_wall(
         call()
         sync()
         samples.append((time.perf_counter() - start) * 1e3)
-    return _quantiles(samples, quantiles)
+    return quantiles_of(samples, quantiles)
 
 
 def bench_event(
@@ -150,7 +129,7 @@ def bench_event(
         call()
         e.record()
     mod.synchronize()
-    return _quantiles([s.elapsed_time(e) for s, e in zip(starts, ends)], quantiles)
+    return quantiles_of([s.elapsed_time(e) for s, e in zip(starts, ends)], quantiles)
 
 
 #: Device cycles to keep the device busy for, per timed call, before a short timed loop...
@@ -185,94 +164,6 @@ def bench_cudagraph(
         return bench_event(call, device, n_warmup, n_repeat, quantiles)
 
 
-def _cuda_profiler(call: Callable, name: str, n_warmup: int, n_repeat: int, quantiles: tuple) -> list[float]:
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-    from triton.runtime.driver import driver
-
-    cache = driver.active.get_empty_cache_for_benchmark()
-    for _ in range(n_warmup):
-        call()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(n_repeat):
-            cache.zero_()  # an L2 flush before each call, as the event timer and upstream time
-            call()
-        torch.cuda.synchronize()
-    times = kernel_times(prof, name)
-    if not times:
-        raise MethodUnavailable(f"the CUDA profiler recorded no kernel named {name!r} (is CUPTI available?)")
-    per_call = len(times) // n_repeat or 1
-    sums = [sum(times[i : i + per_call]) for i in range(0, per_call * (len(times) // per_call), per_call)]
-    return _quantiles(sums, quantiles)
-
-
-def kernel_times(prof, name: str) -> list[float]:
-    """The device time (ms) of each kernel a CUDA profiler session recorded under ``name``, in
-    launch order: by the kernel's own name, or by a part of it only where none has it whole (the
-    L2 flush's kernel never counts, whatever the tuned kernel is called)."""
-    from torch.autograd import DeviceType
-
-    device = _current_cuda_device()
-    try:  # the raw records: torch's tree of events takes tens of milliseconds to build
-        rows = [(e.start_ns(), e.duration_ns() / 1e6, e.name()) for e in prof.profiler.kineto_results.events()
-                if e.device_type() == DeviceType.CUDA and not e.is_user_annotation()
-                and (device < 0 or e.device_index() in (device, -1))]
-    except (AttributeError, TypeError):  # a torch without them
-        rows = []
-    if not rows:
-        rows = [(e.time_range.start, e.device_time / 1e3, e.name) for e in prof.events()
-                if e.device_type == DeviceType.CUDA]
-    found = [r for r in rows if r[2] == name] or [r for r in rows if name in r[2] and "Fill" not in r[2]]
-    return [ms for _, ms, _ in sorted(found, key=lambda r: r[0])]
-
-
-def _current_cuda_device() -> int:
-    """The device this process launches on (another thread's launches on another GPU never count)."""
-    import torch
-
-    return torch.cuda.current_device() if torch.cuda.is_available() else -1
-
-
-def profile_rounds(calls: list, name: str, n_warmup: int, n_repeat: int, rounds: int,
-                   quantiles: tuple) -> list[list[float]]:
-    """CUDA: each of ``calls`` timed by its kernel's device time alone, in one profiler session
-    (a session costs milliseconds, and the first in a process far more: one per candidate and round
-    would cost more than the timing), over ``rounds`` interleaved rounds (the given order, then
-    backwards, ...) of ``n_repeat`` calls each, an L2 flush before every call, after ``n_warmup``
-    untimed calls each. Each quantile is the median over the rounds. Raises ``MethodUnavailable``
-    where the records cannot be told apart (a call that launched no such kernel, or more than
-    one), and what a call raises: the caller then times each alone, which says which failed."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-    from triton.runtime.driver import driver
-
-    cache = driver.active.get_empty_cache_for_benchmark()
-    for call in calls:
-        for _ in range(n_warmup):
-            call()
-    turns = [list(range(len(calls)))[:: 1 if r % 2 == 0 else -1] for r in range(rounds)]
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for turn in turns:
-            for i in turn:
-                for _ in range(n_repeat):
-                    cache.zero_()
-                    calls[i]()
-        torch.cuda.synchronize()
-    times = kernel_times(prof, name)
-    if len(times) != rounds * len(calls) * n_repeat:
-        raise MethodUnavailable(f"the CUDA profiler recorded {len(times)} kernels named {name!r} for "
-                                f"{rounds * len(calls) * n_repeat} calls")
-    per: list = [[] for _ in calls]
-    at = 0
-    for turn in turns:
-        for i in turn:
-            per[i].append(_quantiles(times[at : at + n_repeat], quantiles))
-            at += n_repeat
-    return [[statistics.median(r[q] for r in found) for q in range(len(quantiles))] for found in per]
-
-
 def _npu_profiler(call: Callable, n_warmup: int, n_repeat: int, quantiles: tuple) -> list[float]:
     do_bench_npu = _compat.do_bench_npu()  # Triton-Ascend's profiler-based timer
     if do_bench_npu is None:
@@ -292,9 +183,9 @@ def bench_profiler(
         if device == "npu":
             return _npu_profiler(call, warmup, repeat, quantiles)
         if device == "cuda":
-            if profiler_busy():
+            if kernel_time.profiler_busy():
                 raise MethodUnavailable("a profiler session is running already")
-            return _cuda_profiler(call, name, warmup, repeat, quantiles)
+            return kernel_time.cuda_profiler(call, name, warmup, repeat, quantiles)
         raise MethodUnavailable(f"no profiler timing for device {device!r}")
     except MethodUnavailable as exc:
         warn_once(("profiler", device), f"timing by the profiler is unavailable: {exc}; timing with device events")

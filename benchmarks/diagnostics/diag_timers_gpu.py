@@ -65,7 +65,7 @@ def main() -> None:
     import torch
     from triton.runtime.driver import driver
 
-    from triton_dist_plugin import timing
+    from triton_dist_plugin import kernel_time, timing
 
     flush = driver.active.get_empty_cache_for_benchmark().zero_
     results: dict = {"gpu": gpu_model(), "rounds": args.rounds, "cases": {}}
@@ -98,7 +98,7 @@ def main() -> None:
                 call, n_full = calls[i], max(10, min(1000, int(25 / each[i])))
                 times["screen"][i].append(timing.bench_event(call, "cuda", 1, 5, Q)[0])
                 times["event"][i].append(timing.bench_event(call, "cuda", n_full // 4, n_full, Q)[0])
-                times["profiler"][i].append(timing._cuda_profiler(call, kernel, 5, 30, Q)[0])
+                times["profiler"][i].append(kernel_time.cuda_profiler(call, kernel, 5, 30, Q)[0])
                 times["judge"][i].append(cupti_ms(call, kernel, max(10, min(100, int(2 / each[i]))), flush))
         judge = {i: statistics.median(v) for i, v in times["judge"].items()}
         best = min(judge.values())

@@ -8,7 +8,7 @@ import math
 import statistics
 from typing import Any, Callable, Optional
 
-from .. import bus, distributed, timing
+from .. import bus, distributed, kernel_time
 from ..failures import Timing, reason_of
 from ..hook_objects import INF3, CandidateRequest
 from ..search import model
@@ -101,22 +101,22 @@ def rounds(request, configs, calls, method, do_bench, n_warmup, n_repeat, rounds
 
 
 def _profiled(request, configs, calls, n_warmup, n_repeat, count, group, on_candidate) -> Optional[tuple]:
-    """``rounds`` by the profiler in one session (``timing.profile_rounds``), where the built-in
+    """``rounds`` by the profiler in one session (``kernel_time.profile_rounds``), where the built-in
     timer is the one that would time each and this process tunes alone (ranks must each take the
     same collectives, whatever failed where); None where it cannot, and the caller times each alone:
     a candidate that fails, or launches what the session cannot tell apart, is found there."""
     live = [c for c in configs if c in calls]
-    if request.device != "cuda" or not live or distributed.world_size(group) > 1 or timing.profiler_busy() or \
+    if request.device != "cuda" or not live or distributed.world_size(group) > 1 or kernel_time.profiler_busy() or \
             not bus.implementers("tdp_time_candidate") <= BUILT_IN_TIMERS:
         return None
     runs = n_repeat if n_repeat is not None else PROFILER_RUNS[1]
     try:
-        found = timing.profile_rounds([calls[c] for c in live], request.kernel_name,
+        found = kernel_time.profile_rounds([calls[c] for c in live], request.kernel_name,
                                       PROFILER_RUNS[0] if n_warmup is None else n_warmup,
                                       per_round(runs, count) if count > 1 else max(1, runs), max(1, count), QUANTILES)
     except bus.PluginError:
         raise
-    except timing.MethodUnavailable as exc:  # it recorded nothing it could attribute: events from here on
+    except kernel_time.MethodUnavailable as exc:  # it recorded nothing it could attribute: events from here on
         request.found.unprofiled = str(exc)
         request.found.notes.append(f"the profiler timed nothing ({exc}): the later rounds by device events")
         return None
@@ -139,7 +139,7 @@ def profiled_from_here(request, timings: dict, finalists: list, policy) -> bool:
     what separates the finalists, and processes would pick apart by it. Not inside a profiler
     session of the user's own, which one of ours would end."""
     fastest = fastest_of(timings, finalists)
-    if fastest is None or timings[fastest][0] >= policy.profile_below or timing.profiler_busy():
+    if fastest is None or timings[fastest][0] >= policy.profile_below or kernel_time.profiler_busy():
         return False
     request.found.notes.append(f"the fastest screened ran {timings[fastest][0]:.4f} ms: the later rounds time "
                                "the kernel alone, by the profiler")
