@@ -138,7 +138,8 @@ SETTINGS: tuple[Setting, ...] = (
             "`import triton_dist_plugin` patches nothing and loads no plugins", _flag(False),
             "1/true/yes/on/y or 0/false/no/off/n"),
     Setting("TRITON_BENCH_METHOD", "choice", "`event` (`wall` under the interpreter)",
-            "how candidates are timed: `event`, `profiler` (`npu`), `cudagraph` or `wall`; see timing.md",
+            "how candidates are timed: `event`, `profiler` (`npu`), `cudagraph` or `wall` (unset on CUDA, a "
+            "short kernel's rounds after the screening by the profiler); see timing.md",
             _choice("", *METHODS, aliases={"wallclock": "wall", "cuda_graph": "cudagraph"}),
             ", ".join(METHODS)),
     Setting("TRITON_DIST_AUTOTUNE_SEARCH", "choice", "`halving`",
