@@ -185,28 +185,11 @@ def test_a_failing_finalist_in_a_session_is_found_alone_and_never_picked(monkeyp
     assert outcome.best is CANDIDATES[1] and "illegal memory access" in outcome.failures[CANDIDATES[0]]
 
 
-class Record:
-    def __init__(self, name, start, ns, device=DeviceType.CUDA, index=0, annotation=False):
-        self._name, self._start, self._ns, self._device = name, start, ns, device
-        self._index, self._annotation = index, annotation
-
-    def device_index(self):
-        return self._index
-
-    def is_user_annotation(self):
-        return self._annotation
-
-    def name(self):
-        return self._name
-
-    def start_ns(self):
-        return self._start
-
-    def duration_ns(self):
-        return self._ns
-
-    def device_type(self):
-        return self._device
+def Record(name, start, ns, device=DeviceType.CUDA, index=0, annotation=False):  # noqa: N802 (reads as a type)
+    """One of a profiler session's raw records, as kineto gives them (methods, not fields)."""
+    return SimpleNamespace(name=lambda: name, start_ns=lambda: start, duration_ns=lambda: ns,
+                           device_type=lambda: device, device_index=lambda: index,
+                           is_user_annotation=lambda: annotation)
 
 
 def _session(records):
