@@ -126,7 +126,8 @@ def test_a_stale_or_damaged_table_is_refused_with_one_warning(table, tmp_path):
         if "record" in item:
             item["record"]["hardware"]["machine"] = "another-machine"
     seen = _child(tmp_path, _library(tmp_path / "stale", stale), "a")
-    assert seen["timed"] > 0 and not seen["hit"] and seen["pick"] != 256, seen
+    # Tuned here, not taken from the table (whose pick the wall clock here may choose too).
+    assert seen["timed"] > 0 and not seen["hit"] and not seen["table"], seen
     (warning,) = seen["warnings"]
     assert "mylib" in warning and "none of its 1 entries was made for this machine" in warning, warning
     damaged = json.loads(json.dumps(table))
