@@ -207,3 +207,12 @@ def test_kernel_records_are_read_by_name_in_launch_order_never_the_flush(monkeyp
     # where no kernel has the name whole, a part of it (a compiler's suffix), still never the flush
     assert kernel_time.kernel_times(_session(records), "add_k") == [0.001, 0.009, 0.002]
     assert kernel_time.kernel_times(_session([Record(flush, 5, 60000)]), "kernel") == []
+
+
+@pytest.mark.parametrize("search", ["halving", "optuna"])
+def test_every_search_strategy_hands_a_short_kernels_later_rounds_to_its_own_time(monkeypatch, search):
+    # (``exhaustive`` screens nothing: its front ends hand no screen, and every round is the method's.)
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_SEARCH", search)
+    device = Device(monkeypatch, EVENTS, KERNEL)
+    outcome, request = tune(device)
+    assert device.sessions and not device.alone and outcome.best is CANDIDATES[0], request.found.notes
