@@ -216,3 +216,18 @@ def test_every_search_strategy_hands_a_short_kernels_later_rounds_to_its_own_tim
     device = Device(monkeypatch, EVENTS, KERNEL)
     outcome, request = tune(device)
     assert device.sessions and not device.alone and outcome.best is CANDIDATES[0], request.found.notes
+
+
+def test_a_users_own_profiler_session_is_seen_and_a_session_that_cannot_start_is_no_candidates_fault():
+    """Real ``torch.profiler`` sessions (on the CPU: the only activity this machine has)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    assert not kernel_time.profiler_busy()
+    with profile(activities=[ProfilerActivity.CPU]):
+        assert kernel_time.profiler_busy()
+    assert not kernel_time.profiler_busy()
+    if not torch.cuda.is_available():  # no CUDA activity to record here: refused as the method's, not a failure
+        with pytest.raises(kernel_time.MethodUnavailable, match="did not start"):
+            with kernel_time._cuda_session():
+                pass
+    assert not kernel_time.profiler_busy()

@@ -62,8 +62,15 @@ def _cuda_session():
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Profiler clears events")
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        prof = profile(activities=[ProfilerActivity.CUDA])
+        try:
+            prof.start()
+        except Exception as exc:  # another session (another thread's), no CUPTI: not the candidate's fault
+            raise MethodUnavailable(f"the profiler did not start ({type(exc).__name__}: {exc})") from None
+        try:
             yield prof
+        finally:
+            prof.stop()
 
 
 def kernel_times(prof, name: str) -> list[float]:

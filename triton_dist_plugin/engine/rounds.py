@@ -112,8 +112,9 @@ def _profiled(request, configs, calls, n_warmup, n_repeat, count, group, on_cand
     runs = n_repeat if n_repeat is not None else PROFILER_RUNS[1]
     try:
         found = kernel_time.profile_rounds([calls[c] for c in live], request.kernel_name,
-                                      PROFILER_RUNS[0] if n_warmup is None else n_warmup,
-                                      per_round(runs, count) if count > 1 else max(1, runs), max(1, count), QUANTILES)
+                                           PROFILER_RUNS[0] if n_warmup is None else n_warmup,
+                                           per_round(runs, count) if count > 1 else max(1, runs), max(1, count),
+                                           QUANTILES)
     except bus.PluginError:
         raise
     except kernel_time.MethodUnavailable as exc:  # it recorded nothing it could attribute: events from here on
