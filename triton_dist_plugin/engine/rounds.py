@@ -74,14 +74,14 @@ def rounds(request, configs, calls, method, do_bench, n_warmup, n_repeat, rounds
     later), in the given order and then backwards, by turns: a steady drift of the device's clock
     puts each config as far along it as every other. Each quantile is the median over the rounds.
     One that fails (on any rank: the reduced times say so) is not run again and ends as infinity."""
+    if rounds <= 1:  # (a round by the profiler is tried there)
+        return round_(request, configs, calls, method, do_bench, n_warmup, n_repeat, group, on_candidate)
     method = _unless_refused(request, method)
     if method == "profiler" and do_bench is None:
         found = _profiled(request, configs, calls, n_warmup, n_repeat, rounds, group, on_candidate)
         if found is not None:
             return found
         method = _unless_refused(request, method)
-    if rounds <= 1:
-        return round_(request, configs, calls, method, do_bench, n_warmup, n_repeat, group, on_candidate)
     per, later = per_round(n_repeat, rounds), max(1, n_warmup // rounds)
     samples: dict = {id(c): [] for c in configs}
     failures: dict = {}
