@@ -43,7 +43,7 @@ def driver(args: argparse.Namespace) -> None:
                 continue
             run = ChildRun(mode, rep)
             print(f"[{mode} r{rep}] starting ({left:.0f}s of the budget left)", flush=True)
-            run_child(run, ops, work, min(args.child_timeout, left))
+            run_child(run, ops, work, min(args.child_timeout, left), budget_bound=left < args.child_timeout)
             longest[mode] = max(longest.get(mode, 0.0), run.wall_s)
             ok = sum(1 for r in run.data.get("ops", {}).values() if r.get("ok"))
             print(f"[{mode} r{rep}] {ok}/{len(ops)} ops ok in {run.wall_s:.1f}s"

@@ -29,7 +29,10 @@ def analyse(runs: list, ops: list, modes: list) -> dict:
             mine = [rows.get((r.mode, r.rep)) for r in runs if r.mode == mode]
             done = [x for x in mine if x and x.get("ok")]
             errs = sorted({x["error"] for x in mine if x and not x.get("ok") and x.get("error")})
-            missing = sum(1 for x in mine if x is None)
+            cut = [r for r in runs if r.mode == mode and r.cut and rows.get((r.mode, r.rep)) is None]
+            missing = sum(1 for x in mine if x is None) - len(cut)
+            if cut:  # never reached before the budget ran out: reported apart, never as a failure
+                entry.setdefault("cut", {})[mode] = len(cut)
             if errs or missing:
                 entry["errors"][mode] = errs + ([f"{missing} run(s) without a result"] if missing else [])
             steady = [x["steady"] for x in done if x.get("steady")]
@@ -103,6 +106,8 @@ def findings(report: dict, modes: list) -> list:
             out.append(f"fails only upstream (disabled): {name}: {e['errors']['disabled'][0]}")
         elif e["errors"]:
             out.append(f"fails in every mode run: {name}: {next(iter(e['errors'].values()))[0]}")
+        if e.get("cut"):
+            out.append(f"not reached before the budget's end: {name} in {sorted(e['cut'])} (no result, no failure)")
         for m in plugin_modes:
             cmp = e["outputs"].get(m)
             if cmp and not cmp["close"]:

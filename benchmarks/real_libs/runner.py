@@ -42,6 +42,7 @@ class ChildRun:
     wall_s: float = 0.0
     error: str = ""
     tensors: Optional[Path] = None
+    cut: bool = False  # killed at the run's budget, not at the child's own timeout: what it never reached is no failure
 
 
 def child_env(mode: str, scratch: Path) -> dict:
@@ -57,7 +58,8 @@ def child_env(mode: str, scratch: Path) -> dict:
     return env
 
 
-def run_child(run: ChildRun, ops: list, work: Path, timeout: float) -> None:
+def run_child(run: ChildRun, ops: list, work: Path, timeout: float, budget_bound: bool = False) -> None:
+    """Run one child; ``budget_bound``: ``timeout`` is what is left of the budget, not the child's own."""
     scratch = Path(tempfile.mkdtemp(prefix=f"{run.mode}-r{run.rep}-", dir=work))
     out = work / f"{run.mode}-r{run.rep}.json"
     keep = run.rep == 0 or run.mode == "disabled"  # disabled's other reps show upstream's own variation
@@ -75,7 +77,8 @@ def run_child(run: ChildRun, ops: list, work: Path, timeout: float) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the child and the compile workers it forked
             proc.wait()
-            run.error = f"killed after {timeout:.0f}s"
+            run.error = f"killed after {timeout:.0f}s" + (" (the budget's end)" if budget_bound else "")
+            run.cut = budget_bound
     run.wall_s = time.perf_counter() - start
     if out.exists():
         run.data = json.loads(out.read_text())
