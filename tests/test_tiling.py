@@ -247,6 +247,27 @@ def test_cuda_model_keeps_matmul_candidates_within_shared_memory_and_count():
     assert any("shared memory" in n or "registers" in n for n in result.notes)
 
 
+@pytest.mark.parametrize("m, n, k, best", [
+    (4096, 4096, 4096, (128, 256, 64, 8, 4)),
+    (512, 4096, 4096, (128, 128, 64, 8, 4)),
+    (8192, 2048, 4096, (128, 256, 64, 8, 4)),
+    (1024, 1024, 1024, (64, 128, 64, 4, 4)),
+])
+def test_generated_matmul_space_holds_the_exhaustive_best(m, n, k, best):
+    """Each shape's fastest config of the 48-config expert space, every config timed on an H200
+    (benchmarks/results/model_truth_h200.json), is among the generated candidates. A tile that fills
+    the machine in one wave (128 programs on 132 SMs) is not ranked below a smaller one that needs
+    two waves to fill it as well: 128x128 at 512x4096x4096, 64x128 at 1024^3."""
+    from triton_dist_plugin.tiling.hardware import Hardware
+
+    h200 = Hardware("cuda", 132, 232448, 8192, 16, 16, (4, 8), (3, 4), 12)
+    a = torch.empty(1, dtype=torch.float16)
+    result = _plan("matmul", (a, a, a, m, n, k, k, 1, n, 1, n, 1), h200, {"GROUP_M": [8]})
+    got = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.num_warps, c.num_stages)
+           for c in result.configs}
+    assert best in got, sorted(got)
+
+
 def test_ascend_model_keeps_blocks_32_byte_aligned_and_within_the_unified_buffer():
     # The Ascend model as hardware.py builds it (no NPU here: the model is exercised directly).
     from triton_dist_plugin.tiling.hardware import Hardware
