@@ -195,3 +195,35 @@ def test_the_builtin_model_keeps_the_h200s_best_matmul_config(h200, which):
     assert sum(math.isinf(scores[i]) for i in fails) >= len(fails) // 2
     good = [i for i, c in enumerate(space) if quick[c] is not None and quick[c] < 2 * quick[best]]
     assert not any(math.isinf(scores[i]) for i in good)  # nothing worth having is predicted not to run
+
+
+def test_the_climb_stops_once_a_step_finds_nothing_faster():
+    """Each climb step is another round of compiles: after a step whose best is the best already
+    screened, the search stops, even where that step changed the runner-up (whose neighbours an
+    older rule went on to compile). Driven through ``halving`` with known times, as the replay is."""
+    from triton_dist_plugin import TuningRequest, engine
+
+    space = search.Space(SPACE)
+    features = [search.features_of(c) for c in SPACE]
+    best = next(i for i, f in enumerate(features) if f | BEST == f)
+    # A right model (the best among those kept), flat enough that the climb may go three steps out.
+    ranking = [1 + 0.6 * (bowl(f) - 1) for f in features]
+    order = sorted(range(len(SPACE)), key=lambda i: (ranking[i], i))
+    kept = order[:DEFAULT.keep_min]
+    runner_up = min((i for i in kept if i != best), key=lambda i: i)  # the kept runner-up (times below)
+    rest = order[DEFAULT.keep_min:]  # the probes, picked across the rest as ``guided`` picks them
+    first_wave = {*kept, *(rest[len(rest) * (j + 1) // (DEFAULT.probes + 1)] for j in range(DEFAULT.probes))}
+    close = next(j for j in space.neighbours(runner_up) if j not in first_wave and j != best)
+    times = {i: bowl(features[i]) + 0.001 * i for i in range(len(SPACE))}
+    times[close] = 1.05  # second only to the best: found by the first climb step, changing the runner-up
+    steps: list = []
+
+    def evaluate(subset):
+        steps.append(len(subset))
+        return {c: [times[SPACE.index(c)]] * 3 for c in subset}
+
+    request = TuningRequest("climb", ("k",), "cuda")
+    request.found.ranking = ranking
+    search.halving(request, SPACE, evaluate, space, engine.Screen())
+    assert request.found.model["trusted"] and request.found.model["recall"]
+    assert len(steps) == 2, steps  # the first wave, one climb step, and no step for the runner-up's neighbours

@@ -13,8 +13,9 @@ from what measured best, and fall back to the model-free search whenever the mod
 3. **Climb**: the neighbours (one parameter one step away, ``space.py``) of the best ``guided_leaders``
    screened, but those the model predicts slower than ``1 + climb_band`` times its prediction for
    the best screened (spills) or not to run, are compiled and screened, again and again, until no
-   leader has a neighbour left: a model that misjudges a parameter's best value is corrected
-   here, one step at a time.
+   leader has a neighbour left or a step finds nothing faster than the best already screened (each
+   step is another round of compiles): a model that misjudges a parameter's best value is
+   corrected here, one step at a time.
 
 What is recorded (``request.found.model``): ``kept``, ``screened``, ``of``, ``rho``, ``trusted``, and
 ``recall``: whether the best screened was among those kept (a miss means the climb found it).
@@ -71,8 +72,12 @@ def guided(request: Any, candidates: list, evaluate: Callable[[list], dict], spa
     trusted = _borne_out([t[0] for c, t in screened.items() if id(c) in kept],
                          [t[0] for c, t in screened.items() if id(c) in probed], rho, tolerance, p.rho_min)
     if trusted:
+        best = None
         while len(screened) < cap:
             leaders = screen.leaders(screened)[:p.guided_leaders]
+            if leaders and leaders[0] is best:
+                break  # the last step found nothing faster: another would be a compile round for noise
+            best = leaders[0] if leaders else None
             # Not where the model, borne out so far, predicts far worse than the best measured.
             bound = scores[position[id(leaders[0])]] * (1 + p.climb_band) if leaders else math.inf
             frontier = [candidates[j] for c in leaders for j in space.neighbours(position[id(c)])
