@@ -28,6 +28,21 @@ if "TRITON_DIST_AUTOTUNE_DIR" not in os.environ:
     atexit.register(lambda: os.getpid() == _MAKER and shutil.rmtree(_PICKS, ignore_errors=True))
 
 
+def save_host_us(name: str, field: str, us: dict) -> None:
+    """Write a host-timing diagnostic's microseconds per row under ``results/<name>`` with the
+    versions they were taken on, and print them, a row a line."""
+    import sys
+
+    import torch
+    import triton
+
+    save_results(Path(name).name, {"triton": triton.__version__, "torch": torch.__version__,
+                                   "python": sys.version.split()[0], field: us})
+    width = max(map(len, us), default=0) + 1
+    for row, value in us.items():
+        print(f"{row:{width}s} {value:6.2f} us")
+
+
 def host_loop(f: Callable[[], Any], iters: int = 20000, device: bool = True, warmup: int = 500) -> float:
     """Host microseconds per call of ``f`` (after ``warmup`` calls; with ``device``, the device
     synchronised at both ends)."""

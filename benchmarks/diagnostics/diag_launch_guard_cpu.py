@@ -51,7 +51,6 @@ def main() -> None:
     parser.add_argument("--out", default="launch_guard_parts_cpu.json", help="file name under benchmarks/results/")
     options = parser.parse_args()
     import torch
-    import triton
     from triton.backends import backends
     from triton.backends.compiler import GPUTarget
     from triton.runtime.jit import create_function_from_signature
@@ -88,13 +87,9 @@ def main() -> None:
     for _ in range(15):
         for k, f in rows.items():
             times[k].append(host_loop(f, device=False))
-    out = {k: statistics.median(v) for k, v in times.items()}
-    from _common import save_results
+    from _common import save_host_us
 
-    save_results(Path(options.out).name, {"triton": triton.__version__, "torch": torch.__version__,
-                                       "python": sys.version.split()[0], "median_us": out})
-    for k, v in out.items():
-        print(f"{k:67s} {v:6.2f} us")
+    save_host_us(options.out, "median_us", {k: statistics.median(v) for k, v in times.items()})
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ def main() -> None:
     import diag_launch_path_cpu as path
     import torch
     import triton
-    from _common import save_results
+    from _common import save_host_us
 
     import triton_dist_plugin  # noqa: F401
     from kernels import KERNELS
@@ -63,11 +63,8 @@ def main() -> None:
         "the grid itself": lambda: grid({"BLOCK": 1024}),
         "the launch (a stand-in that does nothing)": lambda: entry[1](1, 1, 1, 0, values),
     }
-    out = {name: min(timeit.repeat(f, number=100_000, repeat=5)) / 100_000 * 1e6 for name, f in rows.items()}
-    save_results(Path(options.out).name, {"triton": triton.__version__, "torch": torch.__version__,
-                                          "python": sys.version.split()[0], "us": out})
-    for name, us in out.items():
-        print(f"{name:50s} {us:6.2f} us")
+    save_host_us(options.out, "us", {name: min(timeit.repeat(f, number=100_000, repeat=5)) / 100_000 * 1e6
+                                     for name, f in rows.items()})
 
 
 if __name__ == "__main__":
