@@ -210,7 +210,7 @@ def test_the_climb_stops_once_a_step_finds_nothing_faster():
     ranking = [1 + 0.6 * (bowl(f) - 1) for f in features]
     order = sorted(range(len(SPACE)), key=lambda i: (ranking[i], i))
     kept = order[:DEFAULT.keep_min]
-    runner_up = min((i for i in kept if i != best), key=lambda i: i)  # the kept runner-up (times below)
+    runner_up = min(i for i in kept if i != best)  # of the kept runner-ups, tied but for the times below, the first
     rest = order[DEFAULT.keep_min:]  # the probes, picked across the rest as ``guided`` picks them
     first_wave = {*kept, *(rest[len(rest) * (j + 1) // (DEFAULT.probes + 1)] for j in range(DEFAULT.probes))}
     close = next(j for j in space.neighbours(runner_up) if j not in first_wave and j != best)
@@ -226,4 +226,5 @@ def test_the_climb_stops_once_a_step_finds_nothing_faster():
     request.found.ranking = ranking
     search.halving(request, SPACE, evaluate, space, engine.Screen())
     assert request.found.model["trusted"] and request.found.model["recall"]
+    assert request.found.model["kept"] == len(kept)  # the first wave this test was built around
     assert len(steps) == 2, steps  # the first wave, one climb step, and no step for the runner-up's neighbours

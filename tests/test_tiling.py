@@ -255,9 +255,9 @@ def test_cuda_model_keeps_matmul_candidates_within_shared_memory_and_count():
 ])
 def test_generated_matmul_space_holds_the_exhaustive_best(m, n, k, best):
     """Each shape's fastest config of the 48-config expert space, every config timed on an H200
-    (benchmarks/results/model_truth_h200.json), is among the generated candidates. A tile that fills
-    the machine in one wave (128 programs on 132 SMs) is not ranked below a smaller one that needs
-    two waves to fill it as well: 128x128 at 512x4096x4096, 64x128 at 1024^3."""
+    (benchmarks/results/model_truth_h200.json), is among the generated candidates. A tile that all
+    but fills the machine (128 programs on 132 SMs) is not ranked below smaller ones that fill it
+    more: 128x128 at 512x4096x4096, 64x128 at 1024^3."""
     from triton_dist_plugin.tiling.hardware import Hardware
 
     h200 = Hardware("cuda", 132, 232448, 8192, 16, 16, (4, 8), (3, 4), 12)
@@ -266,6 +266,19 @@ def test_generated_matmul_space_holds_the_exhaustive_best(m, n, k, best):
     got = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.num_warps, c.num_stages)
            for c in result.configs}
     assert best in got, sorted(got)
+
+
+@pytest.mark.parametrize("cores", [108, 114, 132, 304])
+def test_generated_matmul_space_keeps_large_tiles_on_every_core_count(cores):
+    """On GPUs of other sizes, a large matmul keeps its large tiles, and an empty one (M=0, an expert
+    with no tokens) still gets candidates."""
+    from triton_dist_plugin.tiling.hardware import Hardware
+
+    gpu = Hardware("cuda", cores, 232448, 8192, 16, 16, (4, 8), (3, 4), 12)
+    a = torch.empty(1, dtype=torch.float16)
+    large = _plan("matmul", (a, a, a, 4096, 4096, 4096, 4096, 1, 4096, 1, 4096, 1), gpu, {"GROUP_M": [8]})
+    assert {(128, 256), (128, 128)} <= {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) for c in large.configs}
+    assert _plan("matmul", (a, a, a, 0, 64, 64, 64, 1, 64, 1, 64, 1), gpu, {"GROUP_M": [8]}).configs
 
 
 def test_ascend_model_keeps_blocks_32_byte_aligned_and_within_the_unified_buffer():

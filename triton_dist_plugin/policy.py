@@ -89,8 +89,8 @@ class Policy:
     # -- The cost model's first step (``search/guided.py``).
     keep: float = 0.25  # the first step compiles at most this share of a space...
     keep_min: int = 6  # ...but at least this many...
-    keep_max: int = 24  # ...and at most this many of a large one: with the probes, one batch (the climb adds
-    #   the neighbours of its best)
+    keep_max: int = 24  # ...and at most this many of a large one (here, with the probes, within one batch;
+    #   the climb adds the neighbours of its best)
     band: float = 0.5  # ...and fewer where only some are predicted within 1.5x of the best
     rho_min: float = 0.3  # rank correlation of predicted and screened times below which the model is ignored
     guided_leaders: int = 2  # the climb expands the neighbours of this many of the best screened

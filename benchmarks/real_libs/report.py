@@ -107,7 +107,8 @@ def findings(report: dict, modes: list) -> list:
         elif e["errors"]:
             out.append(f"fails in every mode run: {name}: {next(iter(e['errors'].values()))[0]}")
         if e.get("cut"):
-            out.append(f"not reached before the budget's end: {name} in {sorted(e['cut'])} (no result, no failure)")
+            out.append(f"no result at the budget's end: {name} in {sorted(e['cut'])} (not reached, or still running "
+                       "then: not counted as a failure; give it a larger --budget to tell)")
         for m in plugin_modes:
             cmp = e["outputs"].get(m)
             if cmp and not cmp["close"]:

@@ -72,25 +72,28 @@ def guided(request: Any, candidates: list, evaluate: Callable[[list], dict], spa
     trusted = _borne_out([t[0] for c, t in screened.items() if id(c) in kept],
                          [t[0] for c, t in screened.items() if id(c) in probed], rho, tolerance, p.rho_min)
     if trusted:
-        best = None
         while len(screened) < cap:
             leaders = screen.leaders(screened)[:p.guided_leaders]
-            if leaders and leaders[0] is best:
-                break  # the last step found nothing faster: another would be a compile round for noise
-            best = leaders[0] if leaders else None
             # Not where the model, borne out so far, predicts far worse than the best measured.
             bound = scores[position[id(leaders[0])]] * (1 + p.climb_band) if leaders else math.inf
             frontier = [candidates[j] for c in leaders for j in space.neighbours(position[id(c)])
                         if candidates[j] not in screened and scores[j] <= bound]
             if not frontier:
                 break
+            fastest = _fastest(screened)
             step(frontier[:batch])
+            if _fastest(screened) >= fastest:
+                break  # this step found nothing faster: another would be one more round of compiles
     leader = screen.leaders(screened)[:1]
     request.found.model = {"kept": len(kept), "screened": len(screened), "of": len(candidates),
                            "rho": None if rho is None else round(rho, 3), "trusted": trusted,
                            "recall": bool(leader) and id(leader[0]) in kept}
     request.found.notes.append(_note(request.found.model))
     return screened, trusted
+
+
+def _fastest(screened: dict) -> float:
+    return min((t[0] for t in screened.values() if math.isfinite(t[0])), default=math.inf)
 
 
 def _borne_out(kept: list, probes: list, rho: Optional[float], tolerance: float, rho_min: float) -> bool:

@@ -168,13 +168,11 @@ def _judge(blocks: dict, an, extents: dict, hw, dot: bool, elem: int):
     waste = padded / real - 1 if real else 0.0
     if waste > 0.5 and min(blocks.values()) > hw.min_block:
         return f"{waste:.0%} of each block is padding", None
-    if not any(an.tiles[n].role == "program" for n in blocks):
-        fill = 1.0
-    elif dot:  # few waves of large tiles: the last wave's idle cores count (256 programs on 132 fill 97%,
-        # not 100%), so a larger tile that fills as well ranks first; differences under a tenth are noise
-        fill = round(programs / (math.ceil(programs / hw.cores) * hw.cores), 1)
-    else:  # many waves of short programs: the last one's tail is noise
-        fill = min(1.0, programs / hw.cores)
+    fill = min(1.0, programs / hw.cores) if any(an.tiles[n].role == "program" for n in blocks) else 1.0
+    if dot and fill >= 0.5:
+        # A tile that fills the machine in one wave (128 programs on 132 cores) ranks with the smaller
+        # ones filling it in more, and the larger tile then ranks first: fill is told to a tenth.
+        fill = round(fill, 1)
     return None, (round(fill, 2), -int(waste > 0.25), size)
 
 
