@@ -9,6 +9,9 @@ import statistics
 import warnings
 from typing import Callable
 
+#: The profiler's untimed and timed calls per candidate where the caller asks for none.
+DEFAULT_RUNS = (5, 30)
+
 
 class MethodUnavailable(RuntimeError):
     """This machine cannot time with the requested method; the caller falls back."""

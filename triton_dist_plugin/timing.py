@@ -177,8 +177,8 @@ def _npu_profiler(call: Callable, n_warmup: int, n_repeat: int, quantiles: tuple
 def bench_profiler(
     call: Callable, device: str, name: str, n_warmup: Optional[int], n_repeat: Optional[int], quantiles: tuple
 ) -> list[float]:
-    warmup = 5 if n_warmup is None else n_warmup
-    repeat = 30 if n_repeat is None else max(1, n_repeat)
+    warmup = kernel_time.DEFAULT_RUNS[0] if n_warmup is None else n_warmup
+    repeat = kernel_time.DEFAULT_RUNS[1] if n_repeat is None else max(1, n_repeat)
     try:
         if device == "npu":
             return _npu_profiler(call, warmup, repeat, quantiles)

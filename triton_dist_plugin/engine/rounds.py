@@ -16,7 +16,6 @@ from .outcome import OWN_DO_BENCH
 from .screen import fastest_of
 
 BUILT_IN_TIMERS = frozenset({"tdp.timing", "tdp.leader"})  # bus: the built-in timer, and the leader's skip
-PROFILER_RUNS = (5, 30)  # the profiler method's own warm-up and timed calls, where a round asks for none
 QUANTILES = CandidateRequest.__dataclass_fields__["quantiles"].default
 
 
@@ -76,12 +75,10 @@ def rounds(request, configs, calls, method, do_bench, n_warmup, n_repeat, rounds
     One that fails (on any rank: the reduced times say so) is not run again and ends as infinity."""
     if rounds <= 1:  # (a round by the profiler is tried there)
         return round_(request, configs, calls, method, do_bench, n_warmup, n_repeat, group, on_candidate)
-    method = _unless_refused(request, method)
-    if method == "profiler" and do_bench is None:
-        found = _profiled(request, configs, calls, n_warmup, n_repeat, rounds, group, on_candidate)
-        if found is not None:
-            return found
-        method = _unless_refused(request, method)
+    found, method = _by_profiler(request, configs, calls, method, do_bench, n_warmup, n_repeat, rounds, group,
+                                 on_candidate)
+    if found is not None:
+        return found
     per, later = per_round(n_repeat, rounds), max(1, n_warmup // rounds)
     samples: dict = {id(c): [] for c in configs}
     failures: dict = {}
@@ -100,6 +97,20 @@ def rounds(request, configs, calls, method, do_bench, n_warmup, n_repeat, rounds
             [statistics.median(t[q] for t in samples[id(c)]) for q in range(3)] for c in configs}, failures
 
 
+def _by_profiler(request, configs, calls, method, do_bench, n_warmup, n_repeat, count, group, on_candidate,
+                 session: bool = True) -> tuple[Optional[tuple], str]:
+    """``(found, method)``: the rounds' ``(timings, failures)`` from one profiler session where the
+    method is the profiler and ``_profiled`` can (``session``: none of them was timed already), else
+    None and the method to time each by (events once a session has timed nothing in this tuning)."""
+    method = _unless_refused(request, method)
+    if method == "profiler" and do_bench is None and session:
+        found = _profiled(request, configs, calls, n_warmup, n_repeat, count, group, on_candidate)
+        if found is not None:
+            return found, method
+        method = _unless_refused(request, method)
+    return None, method
+
+
 def _profiled(request, configs, calls, n_warmup, n_repeat, count, group, on_candidate) -> Optional[tuple]:
     """``rounds`` by the profiler in one session (``kernel_time.profile_rounds``), where the built-in
     timer is the one that would time each and this process tunes alone (ranks must each take the
@@ -109,10 +120,10 @@ def _profiled(request, configs, calls, n_warmup, n_repeat, count, group, on_cand
     if request.device != "cuda" or not live or distributed.world_size(group) > 1 or kernel_time.profiler_busy() or \
             not bus.implementers("tdp_time_candidate") <= BUILT_IN_TIMERS:
         return None
-    runs = n_repeat if n_repeat is not None else PROFILER_RUNS[1]
+    runs = n_repeat if n_repeat is not None else kernel_time.DEFAULT_RUNS[1]
     try:
         found = kernel_time.profile_rounds([calls[c] for c in live], request.kernel_name,
-                                           PROFILER_RUNS[0] if n_warmup is None else n_warmup,
+                                           kernel_time.DEFAULT_RUNS[0] if n_warmup is None else n_warmup,
                                            per_round(runs, count) if count > 1 else max(1, runs), max(1, count),
                                            QUANTILES)
     except bus.PluginError:
@@ -162,12 +173,10 @@ def round_(request, configs, calls, method, do_bench, n_warmup, n_repeat, group,
     failure) is not run but still takes part in the reduction as infinity, so every rank
     reduces the same list whatever failed where. Those in ``timed`` were timed already (as they
     compiled: ``stream.py``) and take part as they are."""
-    method = _unless_refused(request, method)
-    if method == "profiler" and do_bench is None and not timed:
-        found = _profiled(request, configs, calls, n_warmup, n_repeat, 1, group, on_candidate)
-        if found is not None:
-            return found
-        method = _unless_refused(request, method)
+    found, method = _by_profiler(request, configs, calls, method, do_bench, n_warmup, n_repeat, 1, group,
+                                 on_candidate, session=not timed)
+    if found is not None:
+        return found
     timings, failures = {}, {}
     for config in configs:
         if timed and config in timed:
