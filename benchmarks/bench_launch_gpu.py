@@ -15,7 +15,10 @@ In each, every kernel is tuned by its first call, then these are timed in altern
   Triton's binder on every call); the ``previous`` side's ``tuned`` is the earlier version's path;
 - ``direct``: the picked config's compiled kernel launched directly, ``jit[grid](..., **config)``
   with a tuple grid, as ANCHORS measures it;
-- ``direct_lambda``: the same with the tuned launch's grid lambda.
+- ``direct_lambda``: the same with the tuned launch's grid lambda;
+- ``python_path`` (plugin): the same tuned kernel through the plugin's cache-hit path in Python (the
+  compiled one off), and ``launcher_alone``: Triton's C launcher called with the grid, stream and
+  values worked out once, the floor of any tuned launch (add and args20).
 
 Kernels: ``add`` (three pointers and a length), ``args20`` (20 arguments: pointers, strides, a
 length, floats, a flag, a constexpr), and, where they import, real-library ops at decode sizes
@@ -105,7 +108,48 @@ def _rows(tuned, jit, args: tuple, grid, direct_grid, out, ref) -> dict:
             "direct_lambda": lambda: jit[grid](*args, **meta)}
     if os.environ.get(PLUGIN_ENV) == "1" and not os.environ.get(PREVIOUS_ENV):
         rows["binder"] = _binder_path(tuned, jit, args, grid)
+        rows["python_path"] = _python_path(tuned, jit, args, grid)
+        alone = _launcher_alone(tuned, args, grid)
+        rows.update({"launcher_alone": alone} if alone is not None else {})  # none under the interpreter
     return rows
+
+
+def _other(tuned, jit, args: tuple, grid):
+    """A second tuner of the same kernel whose launches are all cache hits of the same pick."""
+    other = triton.autotune(configs=[tuned.best_config], key=[])(jit)
+    other.configs = [tuned.best_config, tuned.best_config]  # two configs: tuned once, then a cache hit
+    for _ in range(4):
+        other[grid](*args)
+    return other
+
+
+def _python_path(tuned, jit, args: tuple, grid):
+    """The plugin's cache-hit path in Python (as before the compiled one): the same kernel through a
+    tuner whose ``run`` is the Python closure the compiled ``Hit`` hands its other calls to."""
+    other = _other(tuned, jit, args, grid)
+    run = other.__dict__.get("run")
+    other.__dict__["run"] = getattr(run, "slow", run)
+    return lambda: other[grid](*args)
+
+
+def _launcher_alone(tuned, jit_args: tuple, grid):
+    """The floor: Triton's C launcher called as the guard's entry calls it, with the grid, stream and
+    values worked out once (what no tuned path can go below)."""
+    import torch
+
+    from triton_dist_plugin.patched import kernel_state
+
+    state = kernel_state.state_of(tuned)
+    launcher = state.fast[state.key_get(jit_args)][2]
+    plan = next((p for p in getattr(launcher, "plans", ()) if p.entries), None)
+    if plan is None:
+        return None
+    entry = next(iter(plan.entries.values()))
+    values = plan.guard(jit_args, {"grid": grid, "warmup": False})[1]
+    shape = grid(plan.bound(jit_args, {}))
+    g = (*shape, 1, 1)[:3]
+    stream = torch.cuda.current_stream().cuda_stream
+    return lambda: entry[1](g[0], g[1], g[2], stream, values)
 
 
 def _binder_path(tuned, jit, args: tuple, grid):
@@ -256,15 +300,19 @@ def _summary(runs: dict) -> dict:
     summary = {case: {k: statistics.median(v) for k, v in cols.items()} for case, cols in table.items()}
     for cols in summary.values():
         for name, over in (("plugin_tuned/direct", "plugin_direct"), ("plugin_tuned/upstream_tuned", "upstream_tuned"),
-                           ("plugin_tuned/previous_tuned", "previous_tuned")):
+                           ("plugin_tuned/previous_tuned", "previous_tuned"),
+                           ("plugin_tuned/upstream_direct", "upstream_direct")):
             if "plugin_tuned" in cols and over in cols:
                 cols[name] = cols["plugin_tuned"] / cols[over]
+        if "upstream_tuned" in cols and "upstream_direct" in cols:
+            cols["upstream_tuned/upstream_direct"] = cols["upstream_tuned"] / cols["upstream_direct"]
     return summary
 
 
 def _print(summary: dict) -> None:
-    columns = ["upstream_tuned", "upstream_direct", "previous_tuned", "plugin_tuned", "plugin_binder", "plugin_direct",
-               "plugin_direct_lambda", "plugin_device", "plugin_tuned/direct", "plugin_tuned/upstream_tuned"]
+    columns = ["upstream_tuned", "upstream_direct", "previous_tuned", "plugin_tuned", "plugin_python_path",
+               "plugin_launcher_alone", "plugin_direct", "plugin_device", "plugin_tuned/direct",
+               "plugin_tuned/upstream_direct", "upstream_tuned/upstream_direct", "plugin_tuned/upstream_tuned"]
     short = {"upstream_": "u_", "previous_": "prev_", "plugin_": "p_"}
 
     def label(column: str) -> str:
@@ -272,9 +320,9 @@ def _print(summary: dict) -> None:
             column = column.replace(long, brief)
         return column
 
-    print(f"{'host us per call':18s}" + "".join(f"{label(c):>16s}" for c in columns))
+    print(f"{'host us per call':18s}" + "".join(f"{label(c):>17s}" for c in columns))
     for case, cols in summary.items():
-        print(f"{case:18s}" + "".join(f"{cols[c]:16.2f}" if c in cols else f"{'-':>16s}" for c in columns))
+        print(f"{case:18s}" + "".join(f"{cols[c]:17.2f}" if c in cols else f"{'-':>17s}" for c in columns))
 
 
 if __name__ == "__main__":

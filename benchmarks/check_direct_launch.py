@@ -12,7 +12,7 @@ from triton import knobs
 
 import triton_dist_plugin  # noqa: F401  (patches Triton)
 from kernels import KERNELS
-from triton_dist_plugin.patched import direct, kernel_state
+from triton_dist_plugin.patched import compiled_hit, direct, kernel_state
 
 sys.path.insert(0, "benchmarks")
 from _common import save_results  # noqa: E402
@@ -47,6 +47,13 @@ check("same compiled kernel on the second launch", k1 is k1b and len(launcher.ta
 check("aligned result", torch.equal(o, x + y))
 check("that kernel is the one JITFunction.run picks",
       add_kernel.run(x, y, o, n, grid=grid, warmup=False, **hit[1]) is k1)
+check(f"the compiled cache-hit path serves it ({compiled_hit.why_not or 'built'})",
+      type(tuned.__dict__.get("run")).__name__ == "Hit")
+
+# Launches the Python launcher took (the compiled path hands it what it does not serve).
+python_launches: list = []
+_python_launch = direct.Launcher.__call__
+direct.Launcher.__call__ = lambda self, *a: python_launches.append(1) or _python_launch(self, *a)
 
 # Same key, pointers no longer 16-byte aligned: Triton specialises differently.
 x2, y2, o2 = xb[1:n + 1], yb[1:n + 1], torch.empty(n + 1, device="cuda")[1:]
@@ -165,15 +172,17 @@ for name, args in cases.items():
     got = []
     for _ in range(4):  # the first launch of a new autotune key (None bias, fp16) tunes it
         args[2].zero_()
+        python_launches.clear()
         got.append(tuned_f[fgrid](*args))
+    by_c = not python_launches  # the last launch never reached the Python launcher
     torch.cuda.synchronize()
     ok = torch.allclose(args[2].float(), feature_ref(args).float(), atol=1e-2, rtol=1e-2)  # before the reference
     f_state = kernel_state.state_of(tuned_f)
     _, f_meta, f_launcher, _ = f_state.fast[f_state.key_get(args)]  # this key's pick and its launcher
     want = feature_kernel.run(*args, grid=fgrid, warmup=False, **f_meta)
     entries = [(key, entry) for plan in f_launcher.plans for key, entry in plan.entries.items()]
-    check(f"guard: {name}: JITFunction.run's kernel on every launch, right result, served by the guard",
-          all(k is want for k in got[1:]) and ok and any(entry[2] is want for _, entry in entries))
+    check(f"guard: {name}: JITFunction.run's kernel on every launch, right result, served by the compiled guard",
+          all(k is want for k in got[1:]) and ok and any(entry[3] is want for _, entry in entries) and by_c)
 
 # Kernel arguments by keyword, in two orders (as libraries pass them), and triton.heuristics
 # around the tuner (which passes its values by keyword): the guard serves them too.
@@ -190,7 +199,7 @@ for label, order in (("by keyword", names), ("by keyword, reversed", names[::-1]
     f_meta = tuned_f.best_config.all_kwargs()
     want = feature_kernel.run(*args, grid=fgrid, warmup=False, **f_meta)
     f_launcher = next(h[2] for h in f_state.fast.values() if h[0] is tuned_f.best_config)
-    served = any(e[2] is want for plan in f_launcher.plans if plan.names for e in plan.entries.values())
+    served = any(e[3] is want for plan in f_launcher.plans if plan.names for e in plan.entries.values())
     check(f"guard: {label}: JITFunction.run's kernel, right result, served by a keyword plan",
           all(k is want for k in got[1:]) and ok and served)
 with_heuristics = triton.heuristics({"HAS_BIAS": lambda a: a["bias"] is not None})(tuned_f)

@@ -163,8 +163,6 @@ def deactivate() -> None:
     with _lock:
         _restore()
         for tuner in list(kernel_state.fast_instances):
-            if tuner.__dict__.get("run") is not None and getattr(tuner.__dict__["run"], "__qualname__", "").startswith(
-                "_fast_run"
-            ):
+            if launch.is_fast_run(tuner.__dict__.get("run")):
                 del tuner.__dict__["run"]
         kernel_state.fast_instances.clear()

@@ -188,6 +188,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TRITON_DIST_DIRECT_LAUNCH", "flag", "on",
             "`0`: cache-hit launches go through `JITFunction.run` instead of the direct launcher", _flag(True),
             "1/true/yes/on/y or 0/false/no/off/n"),
+    Setting("TRITON_DIST_COMPILED_HIT", "flag", "on",
+            "`0`: the direct launcher's cache hits run its Python path instead of the compiled one (built once per "
+            "machine with the C compiler into Triton's cache)", _flag(True), "1/true/yes/on/y or 0/false/no/off/n"),
     Setting("TRITON_DIST_AUTOTUNE_TIMEOUT", "seconds", "`300`",
             "how long each collective of distributed tuning waits for the other ranks", _seconds(300.0),
             f"{_SECONDS}, such as 300"),
@@ -255,6 +258,8 @@ SETTINGS: tuple[Setting, ...] = (
             owner="Triton"),
     Setting("RANK", "count", "`0`", "this process's rank, for contextual tuning's reports", owner="torch.distributed"),
     Setting("HOME", "path", "the user's home", "where the default cache directories live", owner="the system"),
+    Setting("CC", "path", "`cc`, `gcc` or `clang` on `PATH`",
+            "the C compiler that builds the compiled cache-hit path (`TRITON_DIST_COMPILED_HIT`)", owner="the system"),
     Setting("PYTHONPATH", "paths", "unset",
             "where Python finds modules; the isolation worker, which never looks in the current directory, still "
             "honours it", owner="Python"),

@@ -51,11 +51,16 @@ def _compilation_knobs() -> list[str]:
     return [name for name in ("instrumentation_mode", "fpsan_homomorphic_casts") if hasattr(group, name)]
 
 
-def usable(fn: Any) -> bool:
-    """True when ``fn`` is a plain ``JITFunction`` this module knows how to launch."""
+def releases_usable() -> bool:
+    """True where this module launches kernels at all: a GPU driver of a known Triton release, and the setting."""
     if _compat.knobs is None or _compat.TRITON_VERSION not in KNOWN_RELEASES or _compat.IS_ASCEND:
         return False
-    if not settings.value(DIRECT_ENV) or _compat.interpret():
+    return bool(settings.value(DIRECT_ENV)) and not _compat.interpret()
+
+
+def usable(fn: Any) -> bool:
+    """True when ``fn`` is a plain ``JITFunction`` this module knows how to launch."""
+    if not releases_usable():
         return False
     from triton.runtime.jit import JITFunction
 
@@ -66,7 +71,7 @@ class Launcher:
     """Launches ``fn`` with one config's keywords (``meta``); see the module docstring."""
 
     __slots__ = ("fn", "meta", "table", "off", "plans", "attempts", "_driver", "_runtime", "_compilation",
-                 "_names", "_read", "_stage_hook", "_torch_device", "_raw_device")
+                 "_names", "_read", "_stage_hook", "_torch_device", "_raw_device", "c_state")
 
     def __init__(self, fn: Any, meta: dict):
         from triton.runtime.driver import driver
@@ -89,6 +94,9 @@ class Launcher:
 
         self._torch_device = torch.cuda.current_device
         self._raw_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+        # What ``_hit.c`` reads of this launcher, in one attribute (its ``launch`` follows ``__call__``).
+        self.c_state = (fn, self._runtime, driver, self._torch_device, self._raw_device, self._read,
+                        self._compilation, self._stage_hook)
 
     def _options(self) -> dict:
         """The options ``JITFunction.run`` adds to the config's keywords, in its order."""
@@ -133,14 +141,14 @@ class Launcher:
             grid = grid(plan.bound(args, kwargs))
         size = len(grid)
         hit[1](grid[0], grid[1] if size > 1 else 1, grid[2] if size > 2 else 1, stream, found[1])
-        return hit[2]
+        return hit[3]
 
     def _learn(self, plan: launch_guard.Plan, facts: tuple, args: tuple, kwargs: dict) -> Any:
         """Launch through the binder, and let the guard's ``facts`` serve this kernel from now on
         once the binder's entry for it is confirmed: under the device and knobs the binder read."""
         kernel, entry, key = self._bound(args, kwargs)
         if entry is not None and len(plan.entries) < launch_guard.MOST_ENTRIES:
-            plan.entries[(facts, *key[1:])] = (entry[0], launch_guard.launcher_for(kernel), kernel)
+            plan.entries[(facts, *key[1:])] = (entry[0], *launch_guard.launcher_for(kernel), kernel)
         return kernel
 
     def _bound(self, args: tuple, kwargs: dict, heard: bool = False, plan: bool = False) -> tuple:

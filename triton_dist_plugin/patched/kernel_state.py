@@ -215,7 +215,7 @@ def forget_changed_everywhere(configs: list) -> None:
             state.forget_changed(ids)
 
 
-_NO_DTYPE = object()
+NO_DTYPE = object()
 _NO_LAUNCHER = object()
 
 
@@ -234,9 +234,9 @@ def _key_getter(key_pos: list):
     dtype object (a marker where it has none), one attribute lookup per argument."""
     if len(key_pos) == 1:
         (pos,) = key_pos
-        return lambda args: (args[pos], *[getattr(a, "dtype", _NO_DTYPE) for a in args])
+        return lambda args: (args[pos], *[getattr(a, "dtype", NO_DTYPE) for a in args])
     values = operator.itemgetter(*key_pos) if key_pos else (lambda args: ())
-    return lambda args: (*values(args), *[getattr(a, "dtype", _NO_DTYPE) for a in args])
+    return lambda args: (*values(args), *[getattr(a, "dtype", NO_DTYPE) for a in args])
 
 
 _MOST_SHAPES = 64
@@ -251,8 +251,8 @@ def _keyword_key(arg_names: list, keys: list, arity: int, names: tuple) -> Any:
     where = {name: f"args[{i}]" for i, name in enumerate(arg_names[:arity])}
     where.update({name: f"kw[{name!r}]" for name in given})
     items = ["token", *(where[k] for k in keys if k in where)]
-    items += [f"getattr({where[n]}, 'dtype', _NO_DTYPE)" for n in [*arg_names[:arity], *given]]
-    namespace = {"token": object(), "_NO_DTYPE": _NO_DTYPE}
+    items += [f"getattr({where[n]}, 'dtype', NO_DTYPE)" for n in [*arg_names[:arity], *given]]
+    namespace = {"token": object(), "NO_DTYPE": NO_DTYPE}
     exec(f"def key(args, kw):\n    return ({', '.join(items)},)", namespace)  # noqa: S102
     return namespace["key"]
 

@@ -23,12 +23,13 @@ from .. import _compat, distributed, frozen, settings
 from ..compiling import forked_compile
 from ..hook_objects import TuningRequest
 from ..isolation import isolate, worker_start
-from . import kernel_state, tuning
+from . import compiled_hit, direct, kernel_state, tuning
 from .benchmarker import user_do_bench
 from .candidates import check_conflicts, select_configs, split_launch
 from .kernel_state import KernelState, state_of
 
 _TUNE_LOCK = threading.RLock()
+forked_compile.EARLY_STEPS.append(("tdp-compiled-hit", compiled_hit.prebuild))
 _MISSES = threading.local()  # ``handler``: who owns this thread's misses (``misses_to``), if anyone
 
 
@@ -122,7 +123,16 @@ def _fast_run(instance: Any, state: KernelState):
             return instance.fn.run(*args, **kwargs, **hit[1])
         return run_wrapper(None, instance, args, kwargs)
 
-    return run
+    compiled = compiled_hit.module() if direct.usable(instance.fn) else None
+    if compiled is None:
+        return run
+    # The same path in C for launches of positional arguments; it hands every other to ``run``.
+    return compiled.Hit(instance, fast, tuple(state.key_pos), kernel_state.NO_DTYPE, run, min_args)
+
+
+def is_fast_run(run: Any) -> bool:
+    """Whether ``run`` (an ``Autotuner``'s own attribute) is one ``_fast_run`` made (a ``Hit`` holds its ``slow``)."""
+    return getattr(getattr(run, "slow", run), "__qualname__", "").startswith("_fast_run")
 
 
 def tune(instance: Any, state: KernelState, key: tuple, args: tuple, kwargs: dict):

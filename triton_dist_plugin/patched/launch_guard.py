@@ -48,7 +48,8 @@ class Plan:
     of ``kinds`` (signature order): ``guard(args, kwargs)`` gives ``(key, values)`` or None,
     ``bound(args, kwargs)`` the parameter dict a callable grid is given. ``entries`` maps this
     plan's keys (with the device and knobs) to what they launch: keys of two plans never meet, as
-    one plan's ``None`` or float adds nothing where another's tensor adds two."""
+    one plan's ``None`` or float adds nothing where another's tensor adds two. ``program`` is the
+    same guard as data, for ``_hit.c`` (plans of positional arguments alone; else None)."""
 
     arity: int
     names: tuple
@@ -56,6 +57,7 @@ class Plan:
     guard: Callable[[tuple, dict], Optional[tuple]]
     bound: Callable[[tuple, dict], dict]
     entries: dict = field(default_factory=dict, compare=False)
+    program: Optional[tuple] = field(default=None, compare=False)
 
 
 def _tensor_types() -> frozenset:
@@ -141,7 +143,24 @@ def build(fn: Any, meta: dict, args: tuple, backend: Any, kwargs: Optional[dict]
     if found is None:
         return None, "a tensor argument is not on the device"
     ordered = tuple(name for source, name in sources if source == "kw")
-    return Plan(len(args), ordered, kinds, namespace["guard"], namespace["bound"]), ""
+    program = None if ordered else _program(sources, kinds, len(args), device_attr or DEVICE_ATTR)
+    return Plan(len(args), ordered, kinds, namespace["guard"], namespace["bound"], program=program), ""
+
+
+#: ``_hit.c``'s operation codes, and how many facts each adds to the key.
+_OPS = {"const": 0, "tensor": 1, "int": 2, "none": 3, "constexpr": 4, "bool": 5, "float": 6}
+_FACTS = {"tensor": 2, "int": 3, "constexpr": 1}
+
+
+def _program(sources: list, kinds: tuple, arity: int, device_attr: str) -> tuple:
+    """``(arity, device attribute, ops, fact count)``: ``_source``'s guard for positional arguments,
+    one ``(code, argument index or constant)`` per parameter in signature order."""
+    given, ops, facts = iter(kinds), [], 0
+    for source, what in sources:
+        kind = "const" if source == "const" else next(given)
+        ops.append((_OPS[kind], what))
+        facts += _FACTS.get(kind, 0)
+    return (arity, device_attr, tuple(ops), facts)
 
 
 def _tuple(items: list) -> str:
@@ -193,25 +212,30 @@ def _source(names: list, sources: list, kinds: tuple, counts: tuple, device_attr
     return "\n".join(lines)
 
 
-def launcher_for(kernel: Any) -> Callable[..., None]:
-    """``launch(grid_0, grid_1, grid_2, stream, values)`` for a compiled kernel, no hooks."""
+def launcher_for(kernel: Any) -> tuple[Callable[..., None], tuple]:
+    """``(launch, spec)`` for a compiled kernel, no hooks: ``launch(grid_0, grid_1, grid_2, stream,
+    values)``, and what it calls as data, ``(callable, arguments after the stream, values spread)``:
+    the callable is given the grid, the stream, those arguments, then the values (each, or as one
+    tuple), which is all ``launch`` does (``_hit.c`` calls it so)."""
     run, function, packed = kernel.run, kernel.function, kernel.packed_metadata
     mode = _C_LAUNCH.get(_compat.TRITON_VERSION)
     if mode is None or not _plain_cuda_launcher(run):
+        target, prefix, spread = run, (function, packed, None, None, None), True
+    else:
+        target, coop, pdl = run.launch, run.launch_cooperative_grid, run.launch_pdl
+        if mode == "per_kernel":
+            prefix, spread = (function, coop, pdl, None, None, packed, None, None, None), True
+        else:
+            prefix = (function, coop, pdl, packed, None, None, None, None, None, run.arg_annotations,
+                      run.kernel_signature)
+            spread = False
+    if spread:
         def launch(g0, g1, g2, stream, values):
-            run(g0, g1, g2, stream, function, packed, None, None, None, *values)
-        return launch
-    c_launch, coop, pdl = run.launch, run.launch_cooperative_grid, run.launch_pdl
-    if mode == "per_kernel":
+            target(g0, g1, g2, stream, *prefix, *values)
+    else:
         def launch(g0, g1, g2, stream, values):
-            c_launch(g0, g1, g2, stream, function, coop, pdl, None, None, packed, None, None, None, *values)
-        return launch
-    annotations, signature = run.arg_annotations, run.kernel_signature
-
-    def launch(g0, g1, g2, stream, values):
-        c_launch(g0, g1, g2, stream, function, coop, pdl, packed, None, None, None, None, None, annotations,
-                 signature, values)
-    return launch
+            target(g0, g1, g2, stream, *prefix, values)
+    return launch, (target, prefix, spread)
 
 
 def _plain_cuda_launcher(run: Any) -> bool:

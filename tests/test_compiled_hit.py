@@ -1,0 +1,220 @@
+"""The compiled cache-hit path (``patched/_hit.c``) does what the Python path it mirrors does.
+
+Built here with the machine's C compiler, as users' machines build it. Its guard must give the
+generated guard's key and values for every call (hypothesis, over the kernels and kinds of
+``test_launch_guard``); its launch must launch what ``direct.Launcher`` and Triton's own ``run``
+launch on every path; and an ``Autotuner``'s ``Hit`` must launch, return and set ``best_config``
+exactly as the Python closure it hands other calls to. No GPU is on this machine: the driver and the
+compiled kernels' launch are stand-ins (``test_launch_guard._standin``), the rest is Triton's own.
+"""
+
+import os
+import shutil
+
+import pytest
+import torch
+from hypothesis import HealthCheck, assume, given, settings
+from test_launch_guard import _backend, _kernels, _same, _standin, _step, calls
+
+from triton_dist_plugin import _compat
+from triton_dist_plugin.patched import compiled_hit, direct, launch_guard
+
+pytestmark = [
+    pytest.mark.skipif(_compat.TRITON_VERSION not in launch_guard.GUARDED_RELEASES,
+                       reason="no launch guard on this Triton release"),
+    pytest.mark.skipif(shutil.which(os.environ.get("CC") or "cc") is None, reason="no C compiler on this machine"),
+]
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    return _kernels(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return compiled_hit._load()  # built into this test session's Triton cache (HOME is a temporary directory)
+
+
+@pytest.mark.parametrize("name", ["add", "add_dns", "mixed", "mixed_all", "annotated"])
+def test_the_compiled_guard_gives_the_generated_guards_key(kernels, compiled, name):
+    fn, arity, meta = kernels[name]
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(calls(fn, arity))
+    def check(drawn):
+        _, samples = drawn
+        args, kwargs = samples[0]
+        plan, why = launch_guard.build(fn, meta, args, _backend(), kwargs, device_attr="is_cpu")
+        assert plan is not None, why
+        assume(plan.program is not None)  # kernel arguments by keyword: the Python path's alone
+        for args, kwargs in samples:
+            want, got = plan.guard(args, kwargs), compiled.guard(plan.program, args)
+            assert got is not None and len(got) == 2
+            assert got[0] == want[0] and [type(v) for v in got[0]] == [type(v) for v in want[0]]
+            assert _same(got[1], want[1])
+        other = samples[0][0]
+        for changed in ((*other, 1),) + tuple(other[:i] + (object(),) + other[i + 1:] for i in range(len(other))):
+            if plan.guard(changed, samples[0][1]) is None:
+                assert compiled.guard(plan.program, changed) is None
+
+    check()
+
+
+def test_the_compiled_guard_refuses_what_the_generated_one_refuses(kernels, compiled):
+    fn, _, meta = kernels["add"]
+    x = torch.zeros(64)
+    plan, why = launch_guard.build(fn, meta, (x, x, x, 8), _backend(), device_attr="is_cpu")
+    assert plan is not None, why
+
+    class Sub(torch.Tensor):
+        pass
+
+    for args in [(x, x, x), (x, x, x, 8.0), (x, x, x, True), (x, x, None, 8), (x, x, x.to("meta"), 8),
+                 (x.as_subclass(Sub), x, x, 8), (x, x, x, 8, 9)]:
+        assert plan.guard(args, {"grid": (1,), "warmup": False}) is None
+        assert compiled.guard(plan.program, args) is None, args
+    huge = compiled.guard(plan.program, (x, x, x[1:], 2**64 + 16))
+    assert huge == plan.guard((x, x, x[1:], 2**64 + 16), {"grid": (1,), "warmup": False})
+    assert huge[0][-3:] == (False, True, 3) and huge[0][5] is False  # the misaligned tensor
+
+
+def test_the_compiled_launch_launches_what_triton_would_on_every_path(kernels, compiled, monkeypatch):
+    """``test_launch_guard``'s random sequences, each positional call tried by the compiled launch
+    first: it launches Triton's kernel, grid, stream and values, or hands the call back."""
+    from hypothesis import strategies as st
+    from triton.runtime.jit import JITFunction
+
+    fn = JITFunction(kernels["add"][0].fn)
+    meta = {"BLOCK": 128, "num_warps": 4}
+    _standin(fn, monkeypatch)
+    base = torch.zeros(256)
+    pool = [((base, base, base, 64), {}), ((base[1:], base, base, 64), {}), ((base, base, base[4:], 1), {}),
+            ((base, None, base, 64), {}), ((base.half(), base.half(), base.half(), 2**33), {}),
+            ((base, base, base, 64.0), {}), ((base, base), {"out": base, "n": 64})]
+    grids = [(3,), (2, 5), lambda meta_: (meta_["n"] // meta_["BLOCK"] + 1, meta_["out"].numel() % 7, 2)]
+    served = []
+
+    class Both:
+        def __init__(self):
+            self.launcher = direct.Launcher(fn, meta)
+
+        def __call__(self, args, kwargs):
+            if len(kwargs) == 2:
+                done = compiled.launch(self.launcher, args, kwargs["grid"])
+                served.append(done is not None)
+                if done is not None:
+                    return done[0]
+            return self.launcher(args, kwargs)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.tuples(st.integers(0, len(pool) - 1), st.integers(0, 2),
+                              st.sampled_from(["", "debug", "hook", "chain", "reset"])), min_size=1, max_size=24))
+    def check(steps):
+        both = Both()
+        for index, g, change in steps:
+            _step(fn, meta, both, pool[index], grids[g], change)
+
+    check()
+    both, handed = Both(), []
+    for args, named in pool[:6]:
+        for grid in grids:
+            handed += served
+            served.clear()
+            for _ in range(4):
+                _step(fn, meta, both, (args, named), grid, "")
+            # once the binder has confirmed the kernel and the guard learned it, C launches it
+            assert served[-1] is True, (args, grid, served)
+    assert not all(handed), "nothing was handed back: the test does not reach the Python path"
+
+
+SRC = '''
+import triton.language as tl
+
+def scale(x, out, n, alpha, BLOCK: tl.constexpr):
+    pass
+'''
+
+
+def test_a_tuned_kernels_hit_launches_as_its_python_path(tmp_path, compiled, monkeypatch):
+    """An ``Autotuner``'s compiled ``run`` and the Python closure it hands other calls to, over the
+    same calls: every launch, return value and ``best_config`` alike, across cache edits, a config
+    gaining a ``pre_hook``, keyword calls, warmup, knob and hook changes."""
+    import importlib.util
+
+    import triton
+    from triton import knobs
+    from triton.runtime.jit import JITFunction
+
+    from triton_dist_plugin.patched import kernel_state
+
+    path = tmp_path / "hit_kernels.py"
+    path.write_text(SRC)
+    spec = importlib.util.spec_from_file_location("hit_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:  # imported under the interpreter's setting, as the rest of the session imports it (its import checks)
+        import triton.experimental.gluon  # noqa: F401
+    except ImportError:
+        pass
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # what the direct launcher needs to serve these launches
+    monkeypatch.setattr(compiled_hit, "_module", [compiled])
+    x, h = torch.zeros(64), torch.zeros(64, dtype=torch.float16)
+    grid = lambda m: (m["n"] // m["BLOCK"],)  # noqa: E731
+
+    def tuner():
+        fn = JITFunction(module.scale)
+        _standin(fn, monkeypatch)
+        configs = [triton.Config({"BLOCK": b}, num_warps=4) for b in (16, 32)]
+        tuned = triton.autotune(configs=configs, key=["n"])(fn)
+        for n, t in ((64, x), (32, x), (64, h)):
+            tuned.cache[(n, str(t.dtype), str(t.dtype))] = configs[1]
+        tuned[grid](x, x, 64, 1.0)
+        return fn, tuned, configs
+
+    def calls(fn, tuned, configs):
+        seen = []
+
+        def launch(*args, **named):
+            kernel = tuned[named.pop("grid", grid)](*args, **named)
+            seen.append((kernel.key, kernel.launches.pop() if kernel.launches else None, tuned.best_config))
+
+        for _ in range(3):
+            launch(x, x, 64, 1.0), launch(x[1:], x, 64, 2.0), launch(h, h, 64, 1.0), launch(x, x, 32, 1.0)
+            launch(x, out=x, n=64, alpha=1.0), launch(x, x, 64, 1.0, grid=(2, 1))
+        tuned.cache[(64, "torch.float32", "torch.float32")] = configs[0]  # upstream's cache edited
+        launch(x, x, 64, 1.0), launch(x, x, 64, 1.0)
+        with knobs.runtime.scope():
+            knobs.runtime.debug = True
+            launch(x, x, 64, 1.0), launch(x, x, 64, 1.0)
+        with knobs.runtime.scope():
+            knobs.runtime.launch_enter_hook = _listening
+            launch(x, x, 64, 1.0)
+        configs[0].pre_hook = _listening
+        launch(x, x, 64, 1.0), launch(x, x, 32, 1.0)
+        # each kernel's ``function`` is its own object's id (launch position 4): compared through its key
+        return [(key, None if got is None else tuple(v.data_ptr() if isinstance(v, torch.Tensor) else v
+                                                     for i, v in enumerate(got) if i != 4), str(best))
+                for key, got, best in seen]
+
+    handed = []
+    python_launch = direct.Launcher.__call__
+    monkeypatch.setattr(direct.Launcher, "__call__", lambda self, *a: handed.append(1) or python_launch(self, *a))
+    fn, tuned, configs = tuner()
+    hit = tuned.__dict__["run"]
+    assert type(hit).__name__ == "Hit" and launch_is_python(hit.slow)
+    with_c, by_c = calls(fn, tuned, configs), len(handed)
+    fn, tuned, configs = tuner()
+    tuned.__dict__["run"] = tuned.__dict__["run"].slow
+    handed.clear()
+    assert with_c == calls(fn, tuned, configs)
+    assert by_c <= len(handed) - 5, (by_c, len(handed))  # the repeated positional hits never reached Python
+    assert tuned in kernel_state.fast_instances
+
+
+def _listening(_) -> None:
+    """A launch hook or ``pre_hook`` (one object for both runs, so their launches compare equal)."""
+
+
+def launch_is_python(run) -> bool:
+    return getattr(run, "__qualname__", "").startswith("_fast_run")

@@ -1,0 +1,494 @@
+/* A tuned kernel's cache-hit launch, in C: what patched/launch.py's fast ``run`` closure and
+ * direct.Launcher's guarded path do, without an interpreter frame between the call and Triton's C
+ * launcher. Built at run time (compiled_hit.py), as Triton builds its own launchers.
+ *
+ * It serves only the common case: every kernel argument positional, the launch keywords ``grid``
+ * and ``warmup`` (false), a key already tuned, a launcher whose guard plan knows this shape of call
+ * and whose entry holds this call's kernel. Anything else, and any error before the launch, hands
+ * the call to the Python path it mirrors (``slow``), which redoes every step and so behaves, raises
+ * and learns exactly as it would alone. Only what that path would also call runs before the
+ * launch, and nothing is written but ``best_config`` (which the Python path writes too). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+
+static PyObject *s_grid, *s_warmup, *s_cache, *s_best_config, *s_pre_hook, *s_dtype, *s_data_ptr, *s_calls,
+    *s_c_state, *s_off, *s_plans, *s_program, *s_entries, *s_bound, *s_pre_run_hooks, *s_used_global_vals,
+    *s_stage_hook, *s_enter, *s_leave, *s_active, *s_get_device, *s_get_stream, *s_device_caches, *s_debug;
+static PyObject *t_tensor, *t_param, *t_chain, *empty_dict, *one;
+
+enum { OP_CONST, OP_TENSOR, OP_INT, OP_NONE, OP_CONSTEXPR, OP_BOOL, OP_FLOAT };
+
+/* Truth of an attribute; -1 on an error. */
+static int attr_true(PyObject *obj, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) return -1;
+    int t = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return t;
+}
+
+/* A launch hook nobody listens to: None, or Triton's empty hook chain; -1 on an error. */
+static int quiet(PyObject *runtime, PyObject *name) {
+    PyObject *hook = PyObject_GetAttr(runtime, name);
+    if (hook == NULL) return -1;
+    int q = hook == Py_None;
+    if (!q && t_chain != NULL && Py_TYPE(hook) == (PyTypeObject *)t_chain) {
+        int busy = attr_true(hook, s_calls);
+        q = busy < 0 ? -1 : !busy;
+    }
+    Py_DECREF(hook);
+    return q;
+}
+
+/* Triton's facts of an integer: ``a == 1``, ``a & 15 == 0`` and its size class (launch_guard's). */
+static int int_facts(PyObject *a, PyObject *facts, Py_ssize_t *at) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    unsigned long long low = PyLong_AsUnsignedLongLongMask(a);
+    if (low == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    long size;
+    if (!overflow) {
+        size = (v >= -2147483648LL && v < 2147483648LL) ? 0 : 1;
+    } else if (overflow > 0) {
+        PyLong_AsUnsignedLongLong(a);
+        size = PyErr_Occurred() ? 3 : 2;
+        PyErr_Clear();
+    } else {
+        size = 3;
+    }
+    PyObject *klass = PyLong_FromLong(size);
+    if (klass == NULL) return -1;
+    PyObject *is_one = (!overflow && v == 1) ? Py_True : Py_False;
+    PyObject *aligned = (low & 15) == 0 ? Py_True : Py_False;
+    Py_INCREF(is_one);
+    Py_INCREF(aligned);
+    PyList_SET_ITEM(facts, (*at)++, is_one);
+    PyList_SET_ITEM(facts, (*at)++, aligned);
+    PyList_SET_ITEM(facts, (*at)++, klass);
+    return 0;
+}
+
+/* A plan's guard (launch_guard._source) run from its program ``(arity, device attribute, ops)``:
+ * 1 with ``*facts`` and ``*values`` set, 0 where the call is not of the plan's kinds, -1 on an error. */
+static int guard(PyObject *program, PyObject *args, PyObject **facts_out, PyObject **values_out) {
+    if (!PyTuple_CheckExact(program) || PyTuple_GET_SIZE(program) != 4) return 0;
+    Py_ssize_t arity = PyLong_AsSsize_t(PyTuple_GET_ITEM(program, 0));
+    PyObject *device_attr = PyTuple_GET_ITEM(program, 1), *ops = PyTuple_GET_ITEM(program, 2);
+    Py_ssize_t n_facts = PyLong_AsSsize_t(PyTuple_GET_ITEM(program, 3));
+    if (PyErr_Occurred()) return -1;
+    if (PyTuple_GET_SIZE(args) != arity) return 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(ops);
+    for (Py_ssize_t i = 0; i < n; i++) { /* the kinds first, as the generated guard checks them */
+        PyObject *op = PyTuple_GET_ITEM(ops, i);
+        long code = PyLong_AsLong(PyTuple_GET_ITEM(op, 0));
+        if (code == OP_CONST) continue;
+        PyObject *a = PyTuple_GET_ITEM(args, PyLong_AsSsize_t(PyTuple_GET_ITEM(op, 1)));
+        PyTypeObject *t = Py_TYPE(a);
+        int ok = code == OP_TENSOR ? (t == (PyTypeObject *)t_tensor || t == (PyTypeObject *)t_param)
+                 : code == OP_INT ? PyLong_CheckExact(a)
+                 : code == OP_NONE ? a == Py_None
+                 : code == OP_BOOL ? PyBool_Check(a)
+                 : code == OP_FLOAT ? PyFloat_CheckExact(a)
+                 : code == OP_CONSTEXPR;
+        if (!ok) return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) { /* then that every tensor is on the device */
+        PyObject *op = PyTuple_GET_ITEM(ops, i);
+        if (PyLong_AsLong(PyTuple_GET_ITEM(op, 0)) != OP_TENSOR) continue;
+        int on = attr_true(PyTuple_GET_ITEM(args, PyLong_AsSsize_t(PyTuple_GET_ITEM(op, 1))), device_attr);
+        if (on <= 0) return on;
+    }
+    PyObject *facts = PyList_New(n_facts), *values = PyTuple_New(n);
+    Py_ssize_t at = 0;
+    if (facts == NULL || values == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *op = PyTuple_GET_ITEM(ops, i);
+        long code = PyLong_AsLong(PyTuple_GET_ITEM(op, 0));
+        PyObject *a = PyTuple_GET_ITEM(code == OP_CONST ? op : args,
+                                       code == OP_CONST ? 1 : PyLong_AsSsize_t(PyTuple_GET_ITEM(op, 1)));
+        if (code == OP_TENSOR) {
+            PyObject *p = PyObject_CallMethodNoArgs(a, s_data_ptr);
+            if (p == NULL) goto fail;
+            if (!PyLong_Check(p)) { Py_DECREF(p); goto refuse; }
+            unsigned long long low = PyLong_AsUnsignedLongLongMask(p);
+            PyObject *dtype = PyObject_GetAttr(a, s_dtype);
+            if (dtype == NULL || at + 2 > n_facts) { Py_XDECREF(dtype); Py_DECREF(p); goto refuse_or_fail; }
+            PyList_SET_ITEM(facts, at++, dtype);
+            PyObject *aligned = (low & 15) == 0 ? Py_True : Py_False;
+            Py_INCREF(aligned);
+            PyList_SET_ITEM(facts, at++, aligned);
+            PyTuple_SET_ITEM(values, i, p);
+            continue;
+        }
+        if (code == OP_INT) {
+            if (at + 3 > n_facts) goto refuse;
+            if (int_facts(a, facts, &at) < 0) goto fail;
+        } else if (code == OP_CONSTEXPR) {
+            if (at + 1 > n_facts) goto refuse;
+            Py_INCREF(a);
+            PyList_SET_ITEM(facts, at++, a);
+        }
+        Py_INCREF(a);
+        PyTuple_SET_ITEM(values, i, a);
+    }
+    if (at != n_facts) goto refuse;
+    *facts_out = PyList_AsTuple(facts);
+    Py_DECREF(facts);
+    if (*facts_out == NULL) { Py_DECREF(values); return -1; }
+    *values_out = values;
+    return 1;
+refuse_or_fail:
+    if (PyErr_Occurred()) goto fail;
+refuse:
+    Py_XDECREF(facts);
+    Py_XDECREF(values);
+    return 0;
+fail:
+    /* a list's unset slots are NULL, which deallocation skips */
+    Py_XDECREF(facts);
+    Py_XDECREF(values);
+    return -1;
+}
+
+/* ``callable(a, b, c, d, ...)`` */
+static PyObject *call(PyObject *f, PyObject *const *argv, Py_ssize_t n) { return PyObject_Vectorcall(f, argv, n, NULL); }
+
+/* direct.Launcher's guarded launch: the kernel launched, or NULL with ``*declined`` set and no error
+ * where the launcher must take the call itself (it then redoes everything), or NULL with an error
+ * raised by the grid, the stream or the launch. */
+static PyObject *launch(PyObject *launcher, PyObject *args, PyObject *grid, int *declined) {
+    PyObject *state = NULL, *plans = NULL, *facts = NULL, *values = NULL, *active = NULL, *current = NULL,
+             *device = NULL, *caches_map = NULL, *caches = NULL, *debug = NULL, *knobs = NULL, *key = NULL,
+             *entries = NULL, *entry = NULL, *stream = NULL, *bound = NULL, *shape = NULL, *result = NULL,
+             *g[3] = {NULL, NULL, NULL}, *plan = NULL, *program = NULL;
+    *declined = 1;
+    state = PyObject_GetAttr(launcher, s_c_state);
+    if (state == NULL || !PyTuple_CheckExact(state) || PyTuple_GET_SIZE(state) != 8) goto decline;
+    PyObject *fn = PyTuple_GET_ITEM(state, 0), *runtime = PyTuple_GET_ITEM(state, 1),
+             *driver = PyTuple_GET_ITEM(state, 2), *torch_device = PyTuple_GET_ITEM(state, 3),
+             *raw_device = PyTuple_GET_ITEM(state, 4), *read = PyTuple_GET_ITEM(state, 5),
+             *compilation = PyTuple_GET_ITEM(state, 6), *stage_hook = PyTuple_GET_ITEM(state, 7);
+    if (attr_true(launcher, s_off) != 0 || attr_true(fn, s_pre_run_hooks) != 0 ||
+        attr_true(fn, s_used_global_vals) != 0)
+        goto decline;
+    if (stage_hook == Py_True) {
+        PyObject *h = PyObject_GetAttr(runtime, s_stage_hook);
+        int none = h == Py_None;
+        Py_XDECREF(h);
+        if (!none) goto decline;
+    }
+    if (quiet(runtime, s_enter) != 1 || quiet(runtime, s_leave) != 1) goto decline;
+    plans = PyObject_GetAttr(launcher, s_plans);
+    if (plans == NULL || !PyTuple_CheckExact(plans)) goto decline;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(plans) && facts == NULL; i++) {
+        plan = PyTuple_GET_ITEM(plans, i);
+        Py_XDECREF(program);
+        program = PyObject_GetAttr(plan, s_program);
+        if (program == NULL || guard(program, args, &facts, &values) < 0) goto decline;
+    }
+    if (facts == NULL) goto decline;
+    active = PyObject_GetAttr(driver, s_active);
+    current = active ? PyObject_GetAttr(active, s_get_device) : NULL;
+    if (current == NULL) goto decline;
+    device = call(current == torch_device ? raw_device : current, NULL, 0);
+    caches_map = device ? PyObject_GetAttr(fn, s_device_caches) : NULL;
+    caches = caches_map ? PyObject_GetItem(caches_map, device) : NULL;
+    debug = caches ? PyObject_GetAttr(fn, s_debug) : NULL;
+    if (debug == NULL) goto decline;
+    int on = PyObject_IsTrue(debug);
+    if (on < 0) goto decline;
+    if (!on) {
+        Py_DECREF(debug);
+        debug = PyObject_GetAttr(runtime, s_debug);
+        if (debug == NULL) goto decline;
+    }
+    knobs = call(read, &compilation, 1);
+    key = knobs ? PyTuple_Pack(4, facts, device, debug, knobs) : NULL;
+    entries = key ? PyObject_GetAttr(plan, s_entries) : NULL;
+    if (entries == NULL || !PyDict_CheckExact(entries)) goto decline;
+    entry = PyDict_GetItemWithError(entries, key);
+    if (entry == NULL) goto decline;
+    Py_INCREF(entry);
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 4 || PyTuple_GET_ITEM(entry, 0) != caches)
+        goto decline;
+    *declined = 0; /* from here on, what fails is the launch's own error */
+    PyObject *stream_args[2] = {active, device};
+    stream = PyObject_VectorcallMethod(s_get_stream, stream_args, 2, NULL);
+    if (stream == NULL) goto done;
+    if (PyCallable_Check(grid)) {
+        PyObject *bound_args[2] = {args, empty_dict};
+        PyObject *binder = PyObject_GetAttr(plan, s_bound);
+        bound = binder ? call(binder, bound_args, 2) : NULL;
+        Py_XDECREF(binder);
+        shape = bound ? call(grid, &bound, 1) : NULL;
+    } else {
+        shape = grid;
+        Py_INCREF(shape);
+    }
+    if (shape == NULL) goto done;
+    Py_ssize_t size = PySequence_Size(shape);
+    if (size < 0) goto done;
+    for (Py_ssize_t d = 0; d < 3; d++) {
+        g[d] = d == 0 || d < size ? PySequence_GetItem(shape, d) : Py_NewRef(one);  /* grid[0] always read */
+        if (g[d] == NULL) goto done;
+    }
+    PyObject *spec = PyTuple_GET_ITEM(entry, 2);
+    PyObject *ran;
+    if (PyTuple_CheckExact(spec) && PyTuple_GET_SIZE(spec) == 3) { /* Triton's C launcher, called as it is */
+        PyObject *c_launch = PyTuple_GET_ITEM(spec, 0), *prefix = PyTuple_GET_ITEM(spec, 1);
+        int splat = PyTuple_GET_ITEM(spec, 2) == Py_True;
+        Py_ssize_t np = PyTuple_GET_SIZE(prefix), nv = splat ? PyTuple_GET_SIZE(values) : 1, total = 4 + np + nv;
+        PyObject *small[64], **argv = total <= 64 ? small : PyMem_Malloc(total * sizeof(PyObject *));
+        if (argv == NULL) { PyErr_NoMemory(); goto done; }
+        argv[0] = g[0], argv[1] = g[1], argv[2] = g[2], argv[3] = stream;
+        for (Py_ssize_t k = 0; k < np; k++) argv[4 + k] = PyTuple_GET_ITEM(prefix, k);
+        for (Py_ssize_t k = 0; k < nv; k++) argv[4 + np + k] = splat ? PyTuple_GET_ITEM(values, k) : values;
+        ran = call(c_launch, argv, total);
+        if (argv != small) PyMem_Free(argv);
+    } else {
+        PyObject *argv[5] = {g[0], g[1], g[2], stream, values};
+        ran = call(PyTuple_GET_ITEM(entry, 1), argv, 5);
+    }
+    if (ran == NULL) goto done;
+    Py_DECREF(ran);
+    result = PyTuple_GET_ITEM(entry, 3);
+    Py_INCREF(result);
+    goto done;
+decline:
+    PyErr_Clear();
+done:
+    Py_XDECREF(state); Py_XDECREF(plans); Py_XDECREF(program); Py_XDECREF(facts); Py_XDECREF(values);
+    Py_XDECREF(active); Py_XDECREF(current); Py_XDECREF(device); Py_XDECREF(caches_map); Py_XDECREF(caches);
+    Py_XDECREF(debug); Py_XDECREF(knobs); Py_XDECREF(key); Py_XDECREF(entries); Py_XDECREF(entry);
+    Py_XDECREF(stream); Py_XDECREF(bound); Py_XDECREF(shape);
+    Py_XDECREF(g[0]); Py_XDECREF(g[1]); Py_XDECREF(g[2]);
+    return result;
+}
+
+/* ``Launch(launcher, args, grid)``: the guarded launch alone (tests compare it with the launcher's
+ * own); ``(kernel,)``, or ``None`` where the launcher must take the call. */
+static PyObject *launch_py(PyObject *self, PyObject *const *argv, Py_ssize_t n) {
+    if (n != 3 || !PyTuple_CheckExact(argv[1])) {
+        PyErr_SetString(PyExc_TypeError, "launch(launcher, args: tuple, grid)");
+        return NULL;
+    }
+    int declined;
+    PyObject *kernel = launch(argv[0], argv[1], argv[2], &declined);
+    if (kernel == NULL) {
+        if (declined) Py_RETURN_NONE;
+        return NULL;
+    }
+    PyObject *out = PyTuple_Pack(1, kernel);
+    Py_DECREF(kernel);
+    return out;
+}
+
+/* ``guard(program, args)``: a plan's guard alone, ``(facts, values)`` or None (tests compare it with
+ * the generated one). */
+static PyObject *guard_py(PyObject *self, PyObject *const *argv, Py_ssize_t n) {
+    if (n != 2 || !PyTuple_CheckExact(argv[1])) {
+        PyErr_SetString(PyExc_TypeError, "guard(program, args: tuple)");
+        return NULL;
+    }
+    PyObject *facts, *values;
+    int found = guard(argv[0], argv[1], &facts, &values);
+    if (found < 0) return NULL;
+    if (found == 0) Py_RETURN_NONE;
+    PyObject *out = PyTuple_Pack(2, facts, values);
+    Py_DECREF(facts);
+    Py_DECREF(values);
+    return out;
+}
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *instance, *fast, *key_pos, *no_dtype, *slow;
+    Py_ssize_t min_args;
+} Hit;
+
+/* ``getattr(obj, name, None)`` without raising AttributeError where there is none: 1 and ``*out``
+ * set, 0 and ``*out`` NULL where there is none, -1 on another error. */
+static int optional_attr(PyObject *obj, PyObject *name, PyObject **out) {
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyObject_GetOptionalAttr(obj, name, out);
+#else
+    return _PyObject_LookupAttr(obj, name, out);
+#endif
+}
+
+/* launch.py's ``_key_getter``: the key values, then each argument's dtype object (or the marker). */
+static PyObject *raw_key(Hit *self, PyObject *args) {
+    Py_ssize_t nk = PyTuple_GET_SIZE(self->key_pos), n = PyTuple_GET_SIZE(args);
+    PyObject *key = PyTuple_New(nk + n);
+    if (key == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < nk; i++) {
+        Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(self->key_pos, i));
+        if (at < 0 || at >= n) { Py_DECREF(key); PyErr_SetString(PyExc_IndexError, "key position"); return NULL; }
+        PyObject *v = PyTuple_GET_ITEM(args, at);
+        Py_INCREF(v);
+        PyTuple_SET_ITEM(key, i, v);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *dtype;
+        if (optional_attr(PyTuple_GET_ITEM(args, i), s_dtype, &dtype) < 0) { Py_DECREF(key); return NULL; }
+        if (dtype == NULL) dtype = Py_NewRef(self->no_dtype);
+        PyTuple_SET_ITEM(key, nk + i, dtype);
+    }
+    return key;
+}
+
+static PyObject *hit_call(PyObject *op, PyObject *const *argv, size_t nargsf, PyObject *kwnames) {
+    Hit *self = (Hit *)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *grid = NULL, *warmup = NULL, *args = NULL, *key = NULL, *hit = NULL, *cache = NULL, *pre = NULL;
+    PyObject *result = NULL;
+    if (kwnames == NULL || PyTuple_GET_SIZE(kwnames) != 2 || nargs < self->min_args) goto slow;
+    for (Py_ssize_t j = 0; j < 2; j++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, j);
+        if (name == s_grid || PyUnicode_Compare(name, s_grid) == 0) grid = argv[nargs + j];
+        else if (name == s_warmup || PyUnicode_Compare(name, s_warmup) == 0) warmup = argv[nargs + j];
+    }
+    if (grid == NULL || warmup == NULL || PyObject_IsTrue(warmup) != 0) goto slow;
+    args = PyTuple_New(nargs);
+    if (args == NULL) goto slow;
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        Py_INCREF(argv[i]);
+        PyTuple_SET_ITEM(args, i, argv[i]);
+    }
+    key = raw_key(self, args);
+    hit = key ? PyDict_GetItemWithError(self->fast, key) : NULL;
+    if (hit == NULL) goto slow;
+    Py_INCREF(hit);
+    if (!PyTuple_CheckExact(hit) || PyTuple_GET_SIZE(hit) != 4 || PyTuple_GET_ITEM(hit, 2) == Py_None) goto slow;
+    PyObject *config = PyTuple_GET_ITEM(hit, 0);
+    cache = PyObject_GetAttr(self->instance, s_cache);
+    if (cache == NULL || !PyDict_CheckExact(cache) || PyDict_GetItemWithError(cache, PyTuple_GET_ITEM(hit, 3)) != config)
+        goto slow;
+    pre = PyObject_GetAttr(config, s_pre_hook);
+    if (pre != Py_None) goto slow;
+    if (PyObject_SetAttr(self->instance, s_best_config, config) < 0) goto done;
+    int declined;
+    result = launch(PyTuple_GET_ITEM(hit, 2), args, grid, &declined);
+    if (result == NULL && declined) { /* the launcher takes it, as the Python path hands it over */
+        PyObject *kwargs = PyDict_New();
+        if (kwargs != NULL && PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, 0), argv[nargs]) == 0 &&
+            PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, 1), argv[nargs + 1]) == 0) {
+            PyObject *pair[2] = {args, kwargs};
+            result = call(PyTuple_GET_ITEM(hit, 2), pair, 2);
+        }
+        Py_XDECREF(kwargs);
+    }
+    goto done;
+slow:
+    PyErr_Clear();
+    result = PyObject_Vectorcall(self->slow, argv, nargsf, kwnames);
+done:
+    Py_XDECREF(args); Py_XDECREF(key); Py_XDECREF(hit); Py_XDECREF(cache); Py_XDECREF(pre);
+    return result;
+}
+
+static PyObject *hit_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
+    PyObject *instance, *fast, *key_pos, *no_dtype, *slow;
+    Py_ssize_t min_args;
+    if (kw != NULL && PyDict_GET_SIZE(kw)) {
+        PyErr_SetString(PyExc_TypeError, "Hit takes positional arguments only");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(a, "OO!O!OOn", &instance, &PyDict_Type, &fast, &PyTuple_Type, &key_pos, &no_dtype, &slow,
+                          &min_args))
+        return NULL;
+    Hit *self = (Hit *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->vectorcall = hit_call;
+    Py_INCREF(instance); Py_INCREF(fast); Py_INCREF(key_pos); Py_INCREF(no_dtype); Py_INCREF(slow);
+    self->instance = instance, self->fast = fast, self->key_pos = key_pos, self->no_dtype = no_dtype,
+    self->slow = slow, self->min_args = min_args;
+    return (PyObject *)self;
+}
+
+static int hit_traverse(Hit *self, visitproc visit, void *arg) {
+    Py_VISIT(self->instance); Py_VISIT(self->fast); Py_VISIT(self->key_pos); Py_VISIT(self->no_dtype);
+    Py_VISIT(self->slow);
+    return 0;
+}
+
+static int hit_clear(Hit *self) {
+    Py_CLEAR(self->instance); Py_CLEAR(self->fast); Py_CLEAR(self->key_pos); Py_CLEAR(self->no_dtype);
+    Py_CLEAR(self->slow);
+    return 0;
+}
+
+static void hit_dealloc(Hit *self) {
+    PyObject_GC_UnTrack(self);
+    hit_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *hit_slow(Hit *self, void *closure) {
+    Py_INCREF(self->slow);
+    return self->slow;
+}
+
+static PyGetSetDef hit_getset[] = {{"slow", (getter)hit_slow, NULL, "the Python path this one hands calls to", NULL},
+                                   {NULL}};
+
+static PyTypeObject HitType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_tdp_hit.Hit",
+    .tp_basicsize = sizeof(Hit),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Hit(instance, fast, key_pos, no_dtype, slow, min_args): an Autotuner's cache-hit run",
+    .tp_new = hit_new,
+    .tp_dealloc = (destructor)hit_dealloc,
+    .tp_traverse = (traverseproc)hit_traverse,
+    .tp_clear = (inquiry)hit_clear,
+    .tp_vectorcall_offset = offsetof(Hit, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_getset = hit_getset,
+};
+
+/* ``configure(tensor_types, hook_chain_type or None)``: what the guard and the hook check compare with. */
+static PyObject *configure(PyObject *self, PyObject *const *argv, Py_ssize_t n) {
+    if (n != 3 || !PyType_Check(argv[0]) || !PyType_Check(argv[1]) || (argv[2] != Py_None && !PyType_Check(argv[2]))) {
+        PyErr_SetString(PyExc_TypeError, "configure(tensor type, parameter type, hook chain type or None)");
+        return NULL;
+    }
+    Py_XDECREF(t_tensor);
+    Py_XDECREF(t_param);
+    Py_XDECREF(t_chain);
+    t_tensor = Py_NewRef(argv[0]);
+    t_param = Py_NewRef(argv[1]);
+    t_chain = argv[2] == Py_None ? NULL : Py_NewRef(argv[2]);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, "set the tensor and hook-chain types"},
+    {"launch", (PyCFunction)(void (*)(void))launch_py, METH_FASTCALL, "launch(launcher, args, grid)"},
+    {"guard", (PyCFunction)(void (*)(void))guard_py, METH_FASTCALL, "guard(program, args)"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tdp_hit", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__tdp_hit(void) {
+    struct { PyObject **slot; const char *text; } names[] = {
+        {&s_grid, "grid"}, {&s_warmup, "warmup"}, {&s_cache, "cache"}, {&s_best_config, "best_config"},
+        {&s_pre_hook, "pre_hook"}, {&s_dtype, "dtype"}, {&s_data_ptr, "data_ptr"}, {&s_calls, "calls"},
+        {&s_c_state, "c_state"}, {&s_off, "off"}, {&s_plans, "plans"}, {&s_program, "program"},
+        {&s_entries, "entries"}, {&s_bound, "bound"}, {&s_pre_run_hooks, "pre_run_hooks"},
+        {&s_used_global_vals, "used_global_vals"}, {&s_stage_hook, "add_stages_inspection_hook"},
+        {&s_enter, "launch_enter_hook"}, {&s_leave, "launch_exit_hook"}, {&s_active, "active"},
+        {&s_get_device, "get_current_device"}, {&s_get_stream, "get_current_stream"},
+        {&s_device_caches, "device_caches"}, {&s_debug, "debug"}};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;
+    if ((empty_dict = PyDict_New()) == NULL || (one = PyLong_FromLong(1)) == NULL) return NULL;
+    if (PyType_Ready(&HitType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&HitType);
+    if (PyModule_AddObject(m, "Hit", (PyObject *)&HitType) < 0) return NULL;
+    return m;
+}
