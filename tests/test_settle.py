@@ -76,14 +76,16 @@ def test_a_clear_winner_is_taken_at_once_and_its_margin_recorded(plugins, record
 
 def test_the_rounds_stop_early_only_where_no_other_pick_is_possible(plugins, recorder, monkeypatch):
     monkeypatch.setenv("TRITON_DIST_AUTOTUNE_PERSIST", "0")
-    # 1.5% apart: close enough to measure again (2% of assumed noise), outside the 1% tie.
-    timing = Noisy([2.0, 1.0, 2.0, 1.015, 2.0, 2.0], 0.0, 0)  # the faster is first in the given order
+    # Between the tie and the noise assumed: close enough to measure again, outside the tie.
+    gap = 1 + (DEFAULT.tie + DEFAULT.unknown_noise) / 2
+    assert DEFAULT.tie < gap - 1 < DEFAULT.unknown_noise
+    timing = Noisy([2.0, 1.0, 2.0, gap, 2.0, 2.0], 0.0, 0)  # the faster is first in the given order
     kernel, record = tune(plugins, recorder, timing)
     assert kernel.best_config is CANDIDATES[1]
     assert record.decision["rounds"] == DEFAULT.settle_rounds_least and not record.decision["tie"], record.decision
     # The faster is later in the given order: the one before it is within twice the band, and
     # might yet tie with it (and take the pick) over more rounds, so all of them are run.
-    timing = Noisy([2.0, 1.015, 2.0, 1.0, 2.0, 2.0], 0.0, 0)
+    timing = Noisy([2.0, gap, 2.0, 1.0, 2.0, 2.0], 0.0, 0)
     kernel, record = tune(plugins, recorder, timing)
     assert kernel.best_config is CANDIDATES[3]
     assert record.decision["rounds"] == DEFAULT.settle_rounds and not record.decision["tie"], record.decision
