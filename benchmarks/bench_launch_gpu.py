@@ -1,6 +1,6 @@
 """Host cost of a tuned launch against a direct one and upstream's, on one GPU.
 
-    python benchmarks/bench_launch_gpu.py [--procs 3] [--previous DIR] [--out launch_h200.json]
+    python benchmarks/bench_launch_gpu.py [--procs 3] [--previous DIR] [--budget 540] [--out launch_h200.json]
     python benchmarks/bench_launch_gpu.py --smoke     # the plugin's side on the CPU interpreter, a few calls:
                                                       # checks the script only (upstream cannot time on a CPU)
 
@@ -8,7 +8,8 @@ Fresh processes, interleaved (upstream, plugin, previous, upstream, ...), each w
 ``previous`` is an earlier version of the package, extracted to ``DIR`` (e.g. ``git archive c0946d6
 triton_dist_plugin | tar -x -C DIR``), imported in place of this one.
 In each, every kernel is tuned by its first call, then these are timed in alternating short rounds
-(host microseconds per call, the device synchronised at both ends of a round; median over rounds):
+(host microseconds per call, the device synchronised at both ends of a round; median over rounds,
+15 of them or ``TDP_LAUNCH_ROUNDS``):
 
 - ``tuned``: ``kernel[grid](...)`` on the autotuned kernel, as users launch it (a grid lambda);
 - ``binder`` (plugin): the same through the binder's path of this version (no launch guard plans:
@@ -36,6 +37,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import triton
@@ -45,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import host_loop  # noqa: E402
 from _procs import PLUGIN_ENV, child_pythonpath, run_fresh, serve  # noqa: E402
 
+ROUNDS_ENV = "TDP_LAUNCH_ROUNDS"  # alternating rounds per child on a GPU (default 15)
 PREVIOUS_ENV = "TDP_PREVIOUS"  # "1": this child imports an earlier version of the package (--previous)
 
 
@@ -213,7 +216,7 @@ def child_launch() -> dict:
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    rounds, iters = (1, 3) if device == "cpu" else (15, 2000)
+    rounds, iters = (1, 3) if device == "cpu" else (int(os.environ.get(ROUNDS_ENV, "15")), 2000)
     with torch.no_grad():
         cases = _cases(torch, device)
         times: dict = {case: {row: [] for row in rows} for case, rows in cases.items()}
@@ -259,6 +262,7 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=3, help="fresh processes per side")
     parser.add_argument("--out", default="launch_h200.json", help="file name under benchmarks/results/")
     parser.add_argument("--previous", help="a folder holding an earlier triton_dist_plugin, timed as a third side")
+    parser.add_argument("--budget", type=float, default=540.0, help="seconds for all children (default 540)")
     parser.add_argument("--smoke", action="store_true",
                         help="the plugin's side on the CPU interpreter, a few calls, nothing saved")
     args = parser.parse_args()
@@ -268,10 +272,21 @@ def main() -> None:
         runs["previous"] = []
         previous = {"PYTHONPATH": os.pathsep.join([str(Path(args.previous).resolve()), child_pythonpath()]),
                     PREVIOUS_ENV: "1"}
-    for _ in range(1 if args.smoke else args.procs):
+    start, longest = time.monotonic(), 0.0
+    for rep in range(1 if args.smoke else args.procs):
         for side in runs:
+            if time.monotonic() - start + longest > args.budget:  # another child would not fit: say so, keep the rest
+                print(f"{side} {rep + 1}: skipped, {args.budget:.0f}s budget", flush=True)
+                continue
             env = {**extra, **(previous if side == "previous" else {})}
+            began = time.monotonic()
             runs[side].append(run_fresh(__file__, "launch", plugin=side != "upstream", extra=env, timeout=550))
+            longest = max(longest, time.monotonic() - began)
+            print(f"{side} {rep + 1}: {time.monotonic() - began:.0f}s", flush=True)
+            if not args.smoke:  # what ran so far survives a run cut short
+                from _common import save_results
+
+                save_results(Path(args.out).name, {"runs": runs, "summary": _summary(runs)})
     errors = [r["error"] for rs in runs.values() for r in rs if "error" in r]
     if errors:
         print("errors:", *errors, sep="\n  ")

@@ -218,3 +218,39 @@ def _listening(_) -> None:
 
 def launch_is_python(run) -> bool:
     return getattr(run, "__qualname__", "").startswith("_fast_run")
+
+
+def test_the_build_recovers_a_bad_cached_module_and_says_why_it_cannot_build(tmp_path, monkeypatch):
+    """A cached module that does not load (cut short, another's) is built again in its place (each
+    time in a process of its own, as a module once loaded stays mapped); with no compiler the
+    Python path serves and ``why_not`` says why; TRITON_DIST_COMPILED_HIT=0 is obeyed."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "cache"), "TRITON_INTERPRET": "0"}
+    load = [sys.executable, "-c", "from triton_dist_plugin.patched import compiled_hit; print(compiled_hit._load().__file__)"]
+    path = subprocess.run(load, env=env, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    with open(path, "r+b") as cached:
+        cached.truncate(100)  # cut short
+    again = subprocess.run(load, env=env, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    with open(again, "rb") as cached:
+        assert again == path and cached.read(4) == b"\x7fELF" and os.path.getsize(again) > 100
+    monkeypatch.setattr(compiled_hit, "_module", [])
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "empty"))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    assert compiled_hit.module() is None and "no-such-compiler" in compiled_hit.why_not
+    monkeypatch.setattr(compiled_hit, "_module", [])
+    monkeypatch.setenv("TRITON_DIST_COMPILED_HIT", "0")
+    assert compiled_hit.module() is None and "TRITON_DIST_COMPILED_HIT=0" in compiled_hit.why_not
+    assert not [p for p in (tmp_path / "empty").rglob("*") if p.is_file()]
+
+
+def test_a_child_forked_while_the_build_holds_its_lock_can_build():
+    """A user's fork during the build (the build holds the lock) leaves the child a free lock."""
+    with compiled_hit._lock:
+        pid = os.fork()
+        if pid == 0:  # the child: exit status 0 only if the lock is free here
+            os._exit(0 if compiled_hit._lock.acquire(timeout=5) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

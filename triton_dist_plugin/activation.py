@@ -20,7 +20,7 @@ import wrapt
 from . import _compat, bus
 from .compiling import forked_compile
 from .isolation import isolate, worker_start
-from .patched import benchmarker, kernel_state, launch, subclass
+from .patched import benchmarker, compiled_hit, kernel_state, launch, subclass
 
 _lock = threading.Lock()
 _installed: list[tuple[type, str, object, object]] = []  # (owner, attribute, original, ours)
@@ -97,6 +97,7 @@ def _prestart_compiling() -> None:
     against 1.18x started here (H100; ``failure-modes.md``)."""
     if forked_compile.wanted():
         forked_compile.prestart()
+    compiled_hit.start()
 
 
 def _prune_configs(wrapped, instance, args, kwargs):

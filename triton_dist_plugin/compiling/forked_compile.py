@@ -32,9 +32,6 @@ _job: Optional[tuple] = None
 _fork_lock = threading.Lock()
 _early: list[threading.Thread] = []  # ``prestart``'s threads
 _early_lock = threading.Lock()
-#: More slow first-use steps ``prestart`` runs in threads of their own, ``(name, step)``, added by
-#: the layers that own them (the compiled cache-hit path's build).
-EARLY_STEPS: list = []
 
 
 def workers(env: str, share: int = 1) -> int:
@@ -91,7 +88,7 @@ def prestart() -> None:
     with _early_lock:  # decorations may come from several threads
         if not wanted():
             return
-        for name, step in (("tdp-triton-key", _compat.triton_key), ("tdp-cuda-utils", _cuda_utils), *EARLY_STEPS):
+        for name, step in (("tdp-triton-key", _compat.triton_key), ("tdp-cuda-utils", _cuda_utils)):
             _early.append(threading.Thread(target=_quietly, args=(step,), name=name, daemon=True))
             _early[-1].start()
 

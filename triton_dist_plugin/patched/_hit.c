@@ -15,7 +15,7 @@
 static PyObject *s_grid, *s_warmup, *s_cache, *s_best_config, *s_pre_hook, *s_dtype, *s_data_ptr, *s_calls,
     *s_c_state, *s_off, *s_plans, *s_program, *s_entries, *s_bound, *s_pre_run_hooks, *s_used_global_vals,
     *s_stage_hook, *s_enter, *s_leave, *s_active, *s_get_device, *s_get_stream, *s_device_caches, *s_debug;
-static PyObject *t_tensor, *t_param, *t_chain, *empty_dict, *one;
+static PyObject *t_tensor, *t_param, *t_chain, *empty_dict, *dims[3];
 
 enum { OP_CONST, OP_TENSOR, OP_INT, OP_NONE, OP_CONSTEXPR, OP_BOOL, OP_FLOAT };
 
@@ -41,7 +41,8 @@ static int quiet(PyObject *runtime, PyObject *name) {
     return q;
 }
 
-/* Triton's facts of an integer: ``a == 1``, ``a & 15 == 0`` and its size class (launch_guard's). */
+/* Triton's facts of an integer, ``a == 1``, ``a & 15 == 0`` and its size class (launch_guard's), put
+ * into ``facts`` from ``*at``; no Python code runs. */
 static int int_facts(PyObject *a, PyObject *facts, Py_ssize_t *at) {
     int overflow = 0;
     long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
@@ -54,37 +55,51 @@ static int int_facts(PyObject *a, PyObject *facts, Py_ssize_t *at) {
     } else if (overflow > 0) {
         PyLong_AsUnsignedLongLong(a);
         size = PyErr_Occurred() ? 3 : 2;
-        PyErr_Clear();
+        PyErr_Clear(); /* only the OverflowError just raised */
     } else {
         size = 3;
     }
     PyObject *klass = PyLong_FromLong(size);
     if (klass == NULL) return -1;
-    PyObject *is_one = (!overflow && v == 1) ? Py_True : Py_False;
-    PyObject *aligned = (low & 15) == 0 ? Py_True : Py_False;
-    Py_INCREF(is_one);
-    Py_INCREF(aligned);
-    PyList_SET_ITEM(facts, (*at)++, is_one);
-    PyList_SET_ITEM(facts, (*at)++, aligned);
-    PyList_SET_ITEM(facts, (*at)++, klass);
+    PyTuple_SET_ITEM(facts, (*at)++, Py_NewRef((!overflow && v == 1) ? Py_True : Py_False));
+    PyTuple_SET_ITEM(facts, (*at)++, Py_NewRef((low & 15) == 0 ? Py_True : Py_False));
+    PyTuple_SET_ITEM(facts, (*at)++, klass);
     return 0;
 }
 
-/* A plan's guard (launch_guard._source) run from its program ``(arity, device attribute, ops)``:
- * 1 with ``*facts`` and ``*values`` set, 0 where the call is not of the plan's kinds, -1 on an error. */
+/* Most parameters a compiled guard reads (a kernel with more keeps the Python guard). */
+#define MOST_OPS 256
+
+/* A plan's guard (launch_guard._source) run from its program ``(arity, device attribute, ops, fact
+ * count)``: 1 with ``*facts`` and ``*values`` set, 0 where the call is not of the plan's kinds (or the
+ * program is not one ``_program`` makes), -1 on an error. Every call into Python (the device check,
+ * ``data_ptr``, ``dtype``) comes before the key and values are built, so no Python code ever sees them
+ * half filled. */
 static int guard(PyObject *program, PyObject *args, PyObject **facts_out, PyObject **values_out) {
     if (!PyTuple_CheckExact(program) || PyTuple_GET_SIZE(program) != 4) return 0;
-    Py_ssize_t arity = PyLong_AsSsize_t(PyTuple_GET_ITEM(program, 0));
     PyObject *device_attr = PyTuple_GET_ITEM(program, 1), *ops = PyTuple_GET_ITEM(program, 2);
-    Py_ssize_t n_facts = PyLong_AsSsize_t(PyTuple_GET_ITEM(program, 3));
+    Py_ssize_t arity = PyLong_AsSsize_t(PyTuple_GET_ITEM(program, 0));
+    Py_ssize_t n_facts = arity < 0 ? -1 : PyLong_AsSsize_t(PyTuple_GET_ITEM(program, 3));
     if (PyErr_Occurred()) return -1;
-    if (PyTuple_GET_SIZE(args) != arity) return 0;
+    if (!PyTuple_CheckExact(ops) || !PyUnicode_Check(device_attr) || n_facts < 0 || PyTuple_GET_SIZE(args) != arity)
+        return 0;
     Py_ssize_t n = PyTuple_GET_SIZE(ops);
+    if (n > MOST_OPS || n_facts > 3 * n) return 0;
+    long codes[MOST_OPS];
+    PyObject *given[MOST_OPS], *pointers[MOST_OPS], *dtypes[MOST_OPS];
     for (Py_ssize_t i = 0; i < n; i++) { /* the kinds first, as the generated guard checks them */
         PyObject *op = PyTuple_GET_ITEM(ops, i);
-        long code = PyLong_AsLong(PyTuple_GET_ITEM(op, 0));
-        if (code == OP_CONST) continue;
-        PyObject *a = PyTuple_GET_ITEM(args, PyLong_AsSsize_t(PyTuple_GET_ITEM(op, 1)));
+        if (!PyTuple_CheckExact(op) || PyTuple_GET_SIZE(op) != 2) return 0;
+        long code = codes[i] = PyLong_AsLong(PyTuple_GET_ITEM(op, 0));
+        if (code == -1 && PyErr_Occurred()) return -1;
+        if (code == OP_CONST) {
+            given[i] = PyTuple_GET_ITEM(op, 1);
+            continue;
+        }
+        Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(op, 1));
+        if (at == -1 && PyErr_Occurred()) return -1;
+        if (at < 0 || at >= arity) return 0;
+        PyObject *a = given[i] = PyTuple_GET_ITEM(args, at);
         PyTypeObject *t = Py_TYPE(a);
         int ok = code == OP_TENSOR ? (t == (PyTypeObject *)t_tensor || t == (PyTypeObject *)t_param)
                  : code == OP_INT ? PyLong_CheckExact(a)
@@ -95,61 +110,59 @@ static int guard(PyObject *program, PyObject *args, PyObject **facts_out, PyObje
         if (!ok) return 0;
     }
     for (Py_ssize_t i = 0; i < n; i++) { /* then that every tensor is on the device */
-        PyObject *op = PyTuple_GET_ITEM(ops, i);
-        if (PyLong_AsLong(PyTuple_GET_ITEM(op, 0)) != OP_TENSOR) continue;
-        int on = attr_true(PyTuple_GET_ITEM(args, PyLong_AsSsize_t(PyTuple_GET_ITEM(op, 1))), device_attr);
+        if (codes[i] != OP_TENSOR) continue;
+        int on = attr_true(given[i], device_attr);
         if (on <= 0) return on;
     }
-    PyObject *facts = PyList_New(n_facts), *values = PyTuple_New(n);
     Py_ssize_t at = 0;
-    if (facts == NULL || values == NULL) goto fail;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *op = PyTuple_GET_ITEM(ops, i);
-        long code = PyLong_AsLong(PyTuple_GET_ITEM(op, 0));
-        PyObject *a = PyTuple_GET_ITEM(code == OP_CONST ? op : args,
-                                       code == OP_CONST ? 1 : PyLong_AsSsize_t(PyTuple_GET_ITEM(op, 1)));
+    int result = -1;
+    PyObject *facts = NULL, *values = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) pointers[i] = dtypes[i] = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) { /* the tensors' pointers and dtypes, as the launcher would read them */
+        if (codes[i] != OP_TENSOR) continue;
+        if ((pointers[i] = PyObject_CallMethodNoArgs(given[i], s_data_ptr)) == NULL) goto done;
+        if ((dtypes[i] = PyObject_GetAttr(given[i], s_dtype)) == NULL) goto done;
+        if (!PyLong_Check(pointers[i])) { result = 0; goto done; }
+    }
+    facts = PyTuple_New(n_facts);
+    values = facts ? PyTuple_New(n) : NULL;
+    if (values == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) { /* no Python code from here on */
+        long code = codes[i];
+        Py_ssize_t adds = code == OP_TENSOR ? 2 : code == OP_INT ? 3 : code == OP_CONSTEXPR ? 1 : 0;
+        if (at + adds > n_facts) { result = 0; goto done; }
         if (code == OP_TENSOR) {
-            PyObject *p = PyObject_CallMethodNoArgs(a, s_data_ptr);
-            if (p == NULL) goto fail;
-            if (!PyLong_Check(p)) { Py_DECREF(p); goto refuse; }
-            unsigned long long low = PyLong_AsUnsignedLongLongMask(p);
-            PyObject *dtype = PyObject_GetAttr(a, s_dtype);
-            if (dtype == NULL || at + 2 > n_facts) { Py_XDECREF(dtype); Py_DECREF(p); goto refuse_or_fail; }
-            PyList_SET_ITEM(facts, at++, dtype);
-            PyObject *aligned = (low & 15) == 0 ? Py_True : Py_False;
-            Py_INCREF(aligned);
-            PyList_SET_ITEM(facts, at++, aligned);
-            PyTuple_SET_ITEM(values, i, p);
+            unsigned long long low = PyLong_AsUnsignedLongLongMask(pointers[i]);
+            if (low == (unsigned long long)-1 && PyErr_Occurred()) goto done;
+            PyTuple_SET_ITEM(facts, at++, Py_NewRef(dtypes[i]));
+            PyTuple_SET_ITEM(facts, at++, Py_NewRef((low & 15) == 0 ? Py_True : Py_False));
+            PyTuple_SET_ITEM(values, i, Py_NewRef(pointers[i]));
             continue;
         }
-        if (code == OP_INT) {
-            if (at + 3 > n_facts) goto refuse;
-            if (int_facts(a, facts, &at) < 0) goto fail;
-        } else if (code == OP_CONSTEXPR) {
-            if (at + 1 > n_facts) goto refuse;
-            Py_INCREF(a);
-            PyList_SET_ITEM(facts, at++, a);
-        }
-        Py_INCREF(a);
-        PyTuple_SET_ITEM(values, i, a);
+        if (code == OP_INT && int_facts(given[i], facts, &at) < 0) goto done;
+        if (code == OP_CONSTEXPR) PyTuple_SET_ITEM(facts, at++, Py_NewRef(given[i]));
+        PyTuple_SET_ITEM(values, i, Py_NewRef(given[i]));
     }
-    if (at != n_facts) goto refuse;
-    *facts_out = PyList_AsTuple(facts);
-    Py_DECREF(facts);
-    if (*facts_out == NULL) { Py_DECREF(values); return -1; }
-    *values_out = values;
+    if (at != n_facts) { result = 0; goto done; }
+    *facts_out = facts, *values_out = values;
+    facts = values = NULL;
+    result = 1;
+done:
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_XDECREF(pointers[i]);
+        Py_XDECREF(dtypes[i]);
+    }
+    Py_XDECREF(facts);
+    Py_XDECREF(values);
+    return result;
+}
+
+/* Clear an ordinary error (an ``Exception``: the Python path meets it again and deals with it as it
+ * would); 0 with anything else still raised (KeyboardInterrupt, SystemExit), which goes to the caller. */
+static int clear_ordinary(void) {
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) return 0;
+    PyErr_Clear();
     return 1;
-refuse_or_fail:
-    if (PyErr_Occurred()) goto fail;
-refuse:
-    Py_XDECREF(facts);
-    Py_XDECREF(values);
-    return 0;
-fail:
-    /* a list's unset slots are NULL, which deallocation skips */
-    Py_XDECREF(facts);
-    Py_XDECREF(values);
-    return -1;
 }
 
 /* ``callable(a, b, c, d, ...)`` */
@@ -228,10 +241,10 @@ static PyObject *launch(PyObject *launcher, PyObject *args, PyObject *grid, int 
         Py_INCREF(shape);
     }
     if (shape == NULL) goto done;
-    Py_ssize_t size = PySequence_Size(shape);
+    Py_ssize_t size = PyObject_Size(shape); /* ``len(grid)`` and ``grid[d]``, as the Python path asks */
     if (size < 0) goto done;
     for (Py_ssize_t d = 0; d < 3; d++) {
-        g[d] = d == 0 || d < size ? PySequence_GetItem(shape, d) : Py_NewRef(one);  /* grid[0] always read */
+        g[d] = d == 0 || d < size ? PyObject_GetItem(shape, dims[d]) : Py_NewRef(dims[1]); /* grid[0] always */
         if (g[d] == NULL) goto done;
     }
     PyObject *spec = PyTuple_GET_ITEM(entry, 2);
@@ -257,7 +270,7 @@ static PyObject *launch(PyObject *launcher, PyObject *args, PyObject *grid, int 
     Py_INCREF(result);
     goto done;
 decline:
-    PyErr_Clear();
+    if (!clear_ordinary()) *declined = 0; /* a KeyboardInterrupt, say: raised, as the Python path would */
 done:
     Py_XDECREF(state); Py_XDECREF(plans); Py_XDECREF(program); Py_XDECREF(facts); Py_XDECREF(values);
     Py_XDECREF(active); Py_XDECREF(current); Py_XDECREF(device); Py_XDECREF(caches_map); Py_XDECREF(caches);
@@ -319,23 +332,36 @@ static int optional_attr(PyObject *obj, PyObject *name, PyObject **out) {
 #endif
 }
 
-/* launch.py's ``_key_getter``: the key values, then each argument's dtype object (or the marker). */
+/* launch.py's ``_key_getter``: the key values, then each argument's dtype object (or the marker);
+ * the dtypes are read before the tuple is made (a dtype may run Python code). NULL with an error
+ * (IndexError where there are too many arguments to hold: the Python path serves those). */
 static PyObject *raw_key(Hit *self, PyObject *args) {
     Py_ssize_t nk = PyTuple_GET_SIZE(self->key_pos), n = PyTuple_GET_SIZE(args);
-    PyObject *key = PyTuple_New(nk + n);
-    if (key == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < nk; i++) {
-        Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(self->key_pos, i));
-        if (at < 0 || at >= n) { Py_DECREF(key); PyErr_SetString(PyExc_IndexError, "key position"); return NULL; }
-        PyObject *v = PyTuple_GET_ITEM(args, at);
-        Py_INCREF(v);
-        PyTuple_SET_ITEM(key, i, v);
+    PyObject *dtypes[MOST_OPS];
+    if (n > MOST_OPS) {
+        PyErr_SetString(PyExc_IndexError, "too many arguments for the compiled key");
+        return NULL;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *dtype;
-        if (optional_attr(PyTuple_GET_ITEM(args, i), s_dtype, &dtype) < 0) { Py_DECREF(key); return NULL; }
-        if (dtype == NULL) dtype = Py_NewRef(self->no_dtype);
-        PyTuple_SET_ITEM(key, nk + i, dtype);
+        if (optional_attr(PyTuple_GET_ITEM(args, i), s_dtype, &dtypes[i]) < 0) {
+            for (Py_ssize_t j = 0; j < i; j++) Py_DECREF(dtypes[j]);
+            return NULL;
+        }
+        if (dtypes[i] == NULL) dtypes[i] = Py_NewRef(self->no_dtype);
+    }
+    PyObject *key = PyTuple_New(nk + n);
+    for (Py_ssize_t i = 0; key != NULL && i < nk; i++) {
+        Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(self->key_pos, i));
+        if (at < 0 || at >= n) { /* min_args keeps this from happening */
+            Py_CLEAR(key);
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "key position");
+            break;
+        }
+        PyTuple_SET_ITEM(key, i, Py_NewRef(PyTuple_GET_ITEM(args, at)));
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (key != NULL) PyTuple_SET_ITEM(key, nk + i, dtypes[i]);
+        else Py_DECREF(dtypes[i]);
     }
     return key;
 }
@@ -383,8 +409,8 @@ static PyObject *hit_call(PyObject *op, PyObject *const *argv, size_t nargsf, Py
     }
     goto done;
 slow:
-    PyErr_Clear();
-    result = PyObject_Vectorcall(self->slow, argv, nargsf, kwnames);
+    if (clear_ordinary())
+        result = PyObject_Vectorcall(self->slow, argv, nargsf, kwnames);
 done:
     Py_XDECREF(args); Py_XDECREF(key); Py_XDECREF(hit); Py_XDECREF(cache); Py_XDECREF(pre);
     return result;
@@ -484,7 +510,9 @@ PyMODINIT_FUNC PyInit__tdp_hit(void) {
         {&s_device_caches, "device_caches"}, {&s_debug, "debug"}};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;
-    if ((empty_dict = PyDict_New()) == NULL || (one = PyLong_FromLong(1)) == NULL) return NULL;
+    if ((empty_dict = PyDict_New()) == NULL) return NULL;
+    for (long d = 0; d < 3; d++)
+        if ((dims[d] = PyLong_FromLong(d)) == NULL) return NULL;
     if (PyType_Ready(&HitType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

@@ -29,7 +29,6 @@ from .candidates import check_conflicts, select_configs, split_launch
 from .kernel_state import KernelState, state_of
 
 _TUNE_LOCK = threading.RLock()
-forked_compile.EARLY_STEPS.append(("tdp-compiled-hit", compiled_hit.prebuild))
 _MISSES = threading.local()  # ``handler``: who owns this thread's misses (``misses_to``), if anyone
 
 
@@ -187,6 +186,7 @@ def autotune_wrapper(wrapped, instance, args, kwargs):
         if not worker_start.serving():
             isolate.prestart(tuner.fn, tuner.tdp_generate)  # its slow start off the first call's path
             forked_compile.prestart()  # likewise what every compile, and the driver, first need
+            compiled_hit.start()  # and the compiled cache-hit path, by the first hit
         return tuner
 
     return decorate
