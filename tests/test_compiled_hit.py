@@ -228,7 +228,8 @@ def test_the_build_recovers_a_bad_cached_module_and_says_why_it_cannot_build(tmp
     import sys
 
     env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "cache"), "TRITON_INTERPRET": "0"}
-    load = [sys.executable, "-c", "from triton_dist_plugin.patched import compiled_hit; print(compiled_hit._load().__file__)"]
+    load = [sys.executable, "-c",
+            "from triton_dist_plugin.patched import compiled_hit; print(compiled_hit._load().__file__)"]
     path = subprocess.run(load, env=env, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
     with open(path, "r+b") as cached:
         cached.truncate(100)  # cut short
