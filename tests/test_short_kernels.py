@@ -20,9 +20,9 @@ from triton_dist_plugin import engine, hookimpl, kernel_time, timing
 from triton_dist_plugin.hook_objects import TuningRequest
 
 CANDIDATES = SPACE[:6]
-# Events see a launch gap: the first two look alike, the second a little faster. By the kernel's
-# own time the first is 3% faster.
-EVENTS = [0.0090, 0.0089, 0.03, 0.03, 0.03, 0.03]
+# Events see a launch gap: the first two look alike, the second a little faster (by more than a
+# tie, less than a screening's noise). By the kernel's own time the first is 3% faster.
+EVENTS = [0.0090, 0.00875, 0.03, 0.03, 0.03, 0.03]
 KERNEL = [0.0040, 0.00412, 0.025, 0.025, 0.025, 0.025]
 
 

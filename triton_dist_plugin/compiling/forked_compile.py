@@ -32,6 +32,7 @@ _job: Optional[tuple] = None
 _fork_lock = threading.Lock()
 _early: list[threading.Thread] = []  # ``prestart``'s threads
 _early_lock = threading.Lock()
+_side: list[threading.Thread] = []  # ``start_side``'s threads
 
 
 def workers(env: str, share: int = 1) -> int:
@@ -93,17 +94,25 @@ def prestart() -> None:
             _early[-1].start()
 
 
+def start_side(name: str, step: Callable) -> None:
+    """Run ``step`` in a thread of its own, as ``prestart``'s steps run, that tunings do not wait for
+    but a fork of the isolation worker does (``prestarted(side=True)``): another layer's slow
+    first-use work (the compiled cache-hit path's build)."""
+    _side.append(threading.Thread(target=_quietly, args=(step,), name=name, daemon=True))
+    _side[-1].start()
+
+
 def wanted() -> bool:
     """Whether ``prestart`` would start anything: not yet started, not under the interpreter or in
     frozen mode (nothing compiles there), nor in a ``multiprocessing`` child."""
     return not (_early or _compat.interpret() or frozen.mode() or multiprocessing.parent_process())
 
 
-def prestarted(timeout: Optional[float] = None) -> None:
-    """Wait for ``prestart``'s work (doing it again at the same time would only be slower), at
-    most ``timeout`` seconds in all."""
+def prestarted(timeout: Optional[float] = None, side: bool = False) -> None:
+    """Wait for ``prestart``'s work (doing it again at the same time would only be slower), and
+    with ``side`` for ``start_side``'s too, at most ``timeout`` seconds in all."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    for thread in _early:
+    for thread in _early + (_side if side else []):
         thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
 

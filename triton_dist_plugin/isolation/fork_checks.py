@@ -38,7 +38,7 @@ def refusal() -> Optional[str]:
         return f"a module is being imported ({importing})"
     from ..compiling import forked_compile
 
-    forked_compile.prestarted(_JOIN_S)  # the plugin's own threads end first: they hold locks while they work
+    forked_compile.prestarted(_JOIN_S, side=True)  # the plugin's own threads end first: they hold locks as they work
     importing = _importing()  # what they imported (Triton's driver module, say) is whole now
     if importing is not None:  # the child would have it half run, and running it again repeats what it did
         return f"a module is being imported ({importing})"

@@ -16,6 +16,7 @@ load (cut short, another build's) is built again.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -31,6 +32,7 @@ from types import ModuleType
 from typing import Optional
 
 from .. import _compat, settings
+from ..compiling import forked_compile
 
 COMPILED_ENV = "TRITON_DIST_COMPILED_HIT"
 NAME = "_tdp_hit"
@@ -51,18 +53,19 @@ def wanted() -> bool:
 
 
 def start() -> None:
-    """Build (or load) the module in a thread of its own, now, so that it is ready by the first
-    cache hit (called at activation and decoration, beside ``forked_compile.prestart``; nothing
-    waits for it but the first hit, and only while it is still building)."""
+    """Build the module (or find it built) in a thread, now, so that it is ready by the first cache
+    hit (called at activation and decoration, beside ``forked_compile.prestart``). No tuning waits
+    for it; the first hit does while it still builds, and a fork of the isolation worker does too
+    (it holds a lock and a compiler while it works). It imports nothing: loading is the first hit's."""
     if _module or _builder or not wanted():
         return
-    _builder.append(threading.Thread(target=module, name="tdp-compiled-hit", daemon=True))
-    _builder[0].start()
+    _builder.append(True)
+    forked_compile.start_side("tdp-compiled-hit", _prepare)
 
 
 def module() -> Optional[ModuleType]:
-    """The compiled module, built (or found in Triton's cache) on the first call; None where it
-    cannot be built or loaded here, or is not wanted (``TRITON_DIST_COMPILED_HIT`` is read then)."""
+    """The compiled module, built (or found in Triton's cache) and loaded on the first call; None
+    where it cannot be built or loaded here, or is not wanted (``TRITON_DIST_COMPILED_HIT`` is read then)."""
     global why_not
     if _module:
         return _module[0]
@@ -80,6 +83,14 @@ def module() -> Optional[ModuleType]:
     return _module[0]
 
 
+def _prepare() -> None:
+    """``start``'s thread: the module's file in Triton's cache, built if missing (``module`` says
+    what went wrong, if anything, when it tries again)."""
+    with _lock:
+        if not _module:
+            _cached(build=True)
+
+
 def _after_fork() -> None:
     """A child forked while the build held the lock (a user's ``multiprocessing`` pool) gets a free
     lock and builds, or finds, the module itself."""
@@ -92,21 +103,28 @@ def _after_fork() -> None:
 os.register_at_fork(after_in_child=_after_fork)
 
 
-def _load() -> ModuleType:
+def _cached(build: bool) -> Optional[str]:
+    """The module's file in Triton's cache (keyed by its source and this Python), built into it if
+    missing and ``build``."""
     from triton.runtime.cache import get_cache_manager
 
-    source = SOURCE.read_bytes()
     include = sysconfig.get_paths()["include"]
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    key = hashlib.sha256(b"\0".join([source, sys.version.encode(), suffix.encode(), include.encode()])).hexdigest()
+    key = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), sys.version.encode(), suffix.encode(),
+                                      include.encode()])).hexdigest()
     cache = get_cache_manager(key)
     path = cache.get_file(NAME + suffix)
-    if path is not None:
-        try:
-            return _loaded(path)
-        except ImportError:  # a file cut short or not ours: built again, and put in its place
-            pass
-    return _loaded(_build(cache, include, NAME + suffix))
+    return path if path is not None or not build else _build(cache, include, NAME + suffix)
+
+
+def _load() -> ModuleType:
+    path = _cached(build=True)
+    try:
+        return _loaded(path)
+    except ImportError:  # a file cut short, or not ours: built again, and put in its place
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+        return _loaded(_cached(build=True))
 
 
 def _build(cache, include: str, name: str) -> str:
