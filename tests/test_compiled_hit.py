@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from test_launch_guard import _backend, _kernels, _same, _standin, _step, calls
 
 from triton_dist_plugin import _compat
@@ -47,16 +47,22 @@ def test_the_compiled_guard_gives_the_generated_guards_key(kernels, compiled, na
         args, kwargs = samples[0]
         plan, why = launch_guard.build(fn, meta, args, _backend(), kwargs, device_attr="is_cpu")
         assert plan is not None, why
-        assume(plan.program is not None)  # kernel arguments by keyword: the Python path's alone
         for args, kwargs in samples:
-            want, got = plan.guard(args, kwargs), compiled.guard(plan.program, args)
+            want, got = plan.guard(args, kwargs), compiled.guard(plan.program, args, kwargs)
             assert got is not None and len(got) == 2
             assert got[0] == want[0] and [type(v) for v in got[0]] == [type(v) for v in want[0]]
             assert _same(got[1], want[1])
-        other = samples[0][0]
-        for changed in ((*other, 1),) + tuple(other[:i] + (object(),) + other[i + 1:] for i in range(len(other))):
-            if plan.guard(changed, samples[0][1]) is None:
-                assert compiled.guard(plan.program, changed) is None
+        args, kwargs = samples[0]
+        others = [((*args, 1), kwargs), (args, {**kwargs, "extra": 1}), (args, {"grid": (1,), "warmup": False})]
+        others += [(args[:i] + (object(),) + args[i + 1:], kwargs) for i in range(len(args))]
+        others += [(args, {**kwargs, name: object()}) for name in kwargs if name not in ("grid", "warmup")]
+        for changed, named in others:
+            try:
+                refused = plan.guard(changed, named) is None
+            except KeyError:  # another keyword than the plan's: the launcher takes this for a refusal
+                refused = True
+            if refused:
+                assert compiled.guard(plan.program, changed, named) is None, (changed, named)
 
     check()
 
@@ -70,18 +76,21 @@ def test_the_compiled_guard_refuses_what_the_generated_one_refuses(kernels, comp
     class Sub(torch.Tensor):
         pass
 
+    launch = {"grid": (1,), "warmup": False}
     for args in [(x, x, x), (x, x, x, 8.0), (x, x, x, True), (x, x, None, 8), (x, x, x.to("meta"), 8),
                  (x.as_subclass(Sub), x, x, 8), (x, x, x, 8, 9)]:
-        assert plan.guard(args, {"grid": (1,), "warmup": False}) is None
-        assert compiled.guard(plan.program, args) is None, args
-    huge = compiled.guard(plan.program, (x, x, x[1:], 2**64 + 16))
-    assert huge == plan.guard((x, x, x[1:], 2**64 + 16), {"grid": (1,), "warmup": False})
+        assert plan.guard(args, launch) is None
+        assert compiled.guard(plan.program, args, launch) is None, args
+    assert compiled.guard(plan.program, (x, x, x, 8), {"grid": (1,)}) is None  # another number of keywords
+    huge = compiled.guard(plan.program, (x, x, x[1:], 2**64 + 16), launch)
+    assert huge == plan.guard((x, x, x[1:], 2**64 + 16), launch)
     assert huge[0][-3:] == (False, True, 3) and huge[0][5] is False  # the misaligned tensor
 
 
 def test_the_compiled_launch_launches_what_triton_would_on_every_path(kernels, compiled, monkeypatch):
-    """``test_launch_guard``'s random sequences, each positional call tried by the compiled launch
-    first: it launches Triton's kernel, grid, stream and values, or hands the call back."""
+    """``test_launch_guard``'s random sequences, each call tried by the compiled launch first (kernel
+    arguments positional or by keyword): it launches Triton's kernel, grid, stream and values, or
+    hands the call back."""
     from hypothesis import strategies as st
     from triton.runtime.jit import JITFunction
 
@@ -100,12 +109,9 @@ def test_the_compiled_launch_launches_what_triton_would_on_every_path(kernels, c
             self.launcher = direct.Launcher(fn, meta)
 
         def __call__(self, args, kwargs):
-            if len(kwargs) == 2:
-                done = compiled.launch(self.launcher, args, kwargs["grid"])
-                served.append(done is not None)
-                if done is not None:
-                    return done[0]
-            return self.launcher(args, kwargs)
+            done = compiled.launch(self.launcher, args, kwargs)
+            served.append(done is not None)
+            return done[0] if done is not None else self.launcher(args, kwargs)
 
     @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
     @given(st.lists(st.tuples(st.integers(0, len(pool) - 1), st.integers(0, 2),
@@ -117,7 +123,7 @@ def test_the_compiled_launch_launches_what_triton_would_on_every_path(kernels, c
 
     check()
     both, handed = Both(), []
-    for args, named in pool[:6]:
+    for args, named in pool:
         for grid in grids:
             handed += served
             served.clear()
@@ -208,7 +214,7 @@ def test_a_tuned_kernels_hit_launches_as_its_python_path(tmp_path, compiled, mon
     tuned.__dict__["run"] = tuned.__dict__["run"].slow
     handed.clear()
     assert with_c == calls(fn, tuned, configs)
-    assert by_c <= len(handed) - 5, (by_c, len(handed))  # the repeated positional hits never reached Python
+    assert by_c <= len(handed) - 8, (by_c, len(handed))  # the repeated hits never reached Python
     assert tuned in kernel_state.fast_instances
 
 

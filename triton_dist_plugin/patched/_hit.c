@@ -2,9 +2,9 @@
  * direct.Launcher's guarded path do, without an interpreter frame between the call and Triton's C
  * launcher. Built at run time (compiled_hit.py), as Triton builds its own launchers.
  *
- * It serves only the common case: every kernel argument positional, the launch keywords ``grid``
- * and ``warmup`` (false), a key already tuned, a launcher whose guard plan knows this shape of call
- * and whose entry holds this call's kernel. Anything else, and any error before the launch, hands
+ * It serves the common case: kernel arguments positional or by keyword, the launch keywords
+ * ``grid`` and ``warmup`` (false), a key already tuned, a launcher whose guard plan knows this shape
+ * of call and whose entry holds this call's kernel. Anything else, and any error before the launch, hands
  * the call to the Python path it mirrors (``slow``), which redoes every step and so behaves, raises
  * and learns exactly as it would alone. Only what that path would also call runs before the
  * launch, and nothing is written but ``best_config`` (which the Python path writes too). */
@@ -15,7 +15,7 @@
 static PyObject *s_grid, *s_warmup, *s_cache, *s_best_config, *s_pre_hook, *s_dtype, *s_data_ptr, *s_calls,
     *s_c_state, *s_off, *s_plans, *s_program, *s_entries, *s_bound, *s_pre_run_hooks, *s_used_global_vals,
     *s_stage_hook, *s_enter, *s_leave, *s_active, *s_get_device, *s_get_stream, *s_device_caches, *s_debug;
-static PyObject *t_tensor, *t_param, *t_chain, *empty_dict, *dims[3];
+static PyObject *t_tensor, *t_param, *t_chain, *dims[3];
 
 enum { OP_CONST, OP_TENSOR, OP_INT, OP_NONE, OP_CONSTEXPR, OP_BOOL, OP_FLOAT };
 
@@ -67,21 +67,50 @@ static int int_facts(PyObject *a, PyObject *facts, Py_ssize_t *at) {
     return 0;
 }
 
+/* A call's keywords as vectorcall gives them: ``names`` (a tuple, or NULL for none) and their values. */
+typedef struct {
+    PyObject *names;
+    PyObject *const *values;
+} Keywords;
+
+static Py_ssize_t kw_count(const Keywords *kw) { return kw->names ? PyTuple_GET_SIZE(kw->names) : 0; }
+
+/* ``kw[name]`` (borrowed), or NULL (no error) where the call has no such keyword. */
+static PyObject *kw_get(const Keywords *kw, PyObject *name) {
+    for (Py_ssize_t j = 0; j < kw_count(kw); j++) {
+        PyObject *given = PyTuple_GET_ITEM(kw->names, j);
+        if (given == name || PyUnicode_Compare(given, name) == 0) return kw->values[j];
+    }
+    PyErr_Clear(); /* a comparison with a str subclass that failed: not this keyword */
+    return NULL;
+}
+
+/* The keywords as the dict the Python path is given (in their order); a new reference, or NULL. */
+static PyObject *kw_dict(const Keywords *kw) {
+    PyObject *d = PyDict_New();
+    for (Py_ssize_t j = 0; d != NULL && j < kw_count(kw); j++)
+        if (PyDict_SetItem(d, PyTuple_GET_ITEM(kw->names, j), kw->values[j]) < 0) Py_CLEAR(d);
+    return d;
+}
+
 /* Most parameters a compiled guard reads (a kernel with more keeps the Python guard). */
 #define MOST_OPS 256
 
 /* A plan's guard (launch_guard._source) run from its program ``(arity, device attribute, ops, fact
- * count)``: 1 with ``*facts`` and ``*values`` set, 0 where the call is not of the plan's kinds (or the
- * program is not one ``_program`` makes), -1 on an error. Every call into Python (the device check,
- * ``data_ptr``, ``dtype``) comes before the key and values are built, so no Python code ever sees them
- * half filled. */
-static int guard(PyObject *program, PyObject *args, PyObject **facts_out, PyObject **values_out) {
-    if (!PyTuple_CheckExact(program) || PyTuple_GET_SIZE(program) != 4) return 0;
+ * count, keyword count)``: 1 with ``*facts`` and ``*values`` set, 0 where the call is not of the
+ * plan's kinds (or the program is not one ``_program`` makes), -1 on an error. Each op reads a
+ * positional argument (its index) or a keyword (its name). Every call into Python (the device
+ * check, ``data_ptr``, ``dtype``) comes before the key and values are built, so no Python code ever
+ * sees them half filled. */
+static int guard(PyObject *program, PyObject *args, const Keywords *kw, PyObject **facts_out, PyObject **values_out) {
+    if (!PyTuple_CheckExact(program) || PyTuple_GET_SIZE(program) != 5) return 0;
     PyObject *device_attr = PyTuple_GET_ITEM(program, 1), *ops = PyTuple_GET_ITEM(program, 2);
     Py_ssize_t arity = PyLong_AsSsize_t(PyTuple_GET_ITEM(program, 0));
     Py_ssize_t n_facts = arity < 0 ? -1 : PyLong_AsSsize_t(PyTuple_GET_ITEM(program, 3));
+    Py_ssize_t keywords = n_facts < 0 ? -1 : PyLong_AsSsize_t(PyTuple_GET_ITEM(program, 4));
     if (PyErr_Occurred()) return -1;
-    if (!PyTuple_CheckExact(ops) || !PyUnicode_Check(device_attr) || n_facts < 0 || PyTuple_GET_SIZE(args) != arity)
+    if (!PyTuple_CheckExact(ops) || !PyUnicode_Check(device_attr) || n_facts < 0 ||
+        PyTuple_GET_SIZE(args) != arity || kw_count(kw) != keywords)
         return 0;
     Py_ssize_t n = PyTuple_GET_SIZE(ops);
     if (n > MOST_OPS || n_facts > 3 * n) return 0;
@@ -96,10 +125,16 @@ static int guard(PyObject *program, PyObject *args, PyObject **facts_out, PyObje
             given[i] = PyTuple_GET_ITEM(op, 1);
             continue;
         }
-        Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(op, 1));
-        if (at == -1 && PyErr_Occurred()) return -1;
-        if (at < 0 || at >= arity) return 0;
-        PyObject *a = given[i] = PyTuple_GET_ITEM(args, at);
+        PyObject *source = PyTuple_GET_ITEM(op, 1), *a;
+        if (PyUnicode_Check(source)) { /* a keyword: missing, the call is of another shape */
+            if ((a = kw_get(kw, source)) == NULL) return 0;
+        } else {
+            Py_ssize_t at = PyLong_AsSsize_t(source);
+            if (at == -1 && PyErr_Occurred()) return -1;
+            if (at < 0 || at >= arity) return 0;
+            a = PyTuple_GET_ITEM(args, at);
+        }
+        given[i] = a;
         PyTypeObject *t = Py_TYPE(a);
         int ok = code == OP_TENSOR ? (t == (PyTypeObject *)t_tensor || t == (PyTypeObject *)t_param)
                  : code == OP_INT ? PyLong_CheckExact(a)
@@ -168,10 +203,18 @@ static int clear_ordinary(void) {
 /* ``callable(a, b, c, d, ...)`` */
 static PyObject *call(PyObject *f, PyObject *const *argv, Py_ssize_t n) { return PyObject_Vectorcall(f, argv, n, NULL); }
 
-/* direct.Launcher's guarded launch: the kernel launched, or NULL with ``*declined`` set and no error
- * where the launcher must take the call itself (it then redoes everything), or NULL with an error
- * raised by the grid, the stream or the launch. */
-static PyObject *launch(PyObject *launcher, PyObject *args, PyObject *grid, int *declined) {
+/* The keywords' dict, made once a call needs it (``*made``: NULL until then; the caller's to release). */
+static PyObject *kw_made(const Keywords *kw, PyObject **made) {
+    if (*made == NULL) *made = kw_dict(kw);
+    return *made;
+}
+
+/* direct.Launcher's guarded launch of ``args`` and the keywords ``kw`` (``grid`` among them): the
+ * kernel launched, or NULL with ``*declined`` set and no error where the launcher must take the call
+ * itself (it then redoes everything), or NULL with an error raised by the grid, the stream or the
+ * launch. ``*kwargs``: the keywords' dict where one was made (see ``kw_made``). */
+static PyObject *launch(PyObject *launcher, PyObject *args, const Keywords *kw, PyObject *grid, PyObject **kwargs,
+                        int *declined) {
     PyObject *state = NULL, *plans = NULL, *facts = NULL, *values = NULL, *active = NULL, *current = NULL,
              *device = NULL, *caches_map = NULL, *caches = NULL, *debug = NULL, *knobs = NULL, *key = NULL,
              *entries = NULL, *entry = NULL, *stream = NULL, *bound = NULL, *shape = NULL, *result = NULL,
@@ -199,7 +242,7 @@ static PyObject *launch(PyObject *launcher, PyObject *args, PyObject *grid, int 
         plan = PyTuple_GET_ITEM(plans, i);
         Py_XDECREF(program);
         program = PyObject_GetAttr(plan, s_program);
-        if (program == NULL || guard(program, args, &facts, &values) < 0) goto decline;
+        if (program == NULL || guard(program, args, kw, &facts, &values) < 0) goto decline;
     }
     if (facts == NULL) goto decline;
     active = PyObject_GetAttr(driver, s_active);
@@ -231,8 +274,8 @@ static PyObject *launch(PyObject *launcher, PyObject *args, PyObject *grid, int 
     stream = PyObject_VectorcallMethod(s_get_stream, stream_args, 2, NULL);
     if (stream == NULL) goto done;
     if (PyCallable_Check(grid)) {
-        PyObject *bound_args[2] = {args, empty_dict};
-        PyObject *binder = PyObject_GetAttr(plan, s_bound);
+        PyObject *bound_args[2] = {args, kw_made(kw, kwargs)};
+        PyObject *binder = bound_args[1] ? PyObject_GetAttr(plan, s_bound) : NULL;
         bound = binder ? call(binder, bound_args, 2) : NULL;
         Py_XDECREF(binder);
         shape = bound ? call(grid, &bound, 1) : NULL;
@@ -280,45 +323,72 @@ done:
     return result;
 }
 
-/* ``Launch(launcher, args, grid)``: the guarded launch alone (tests compare it with the launcher's
+/* A dict's items as a call's keywords (for the test entry points); ``names`` a new tuple, or NULL. */
+static int kw_from(PyObject *kwargs, Keywords *kw, PyObject **store) {
+    kw->names = PyDict_Keys(kwargs);
+    PyObject *values = kw->names ? PyDict_Values(kwargs) : NULL;
+    if (values == NULL) return -1;
+    Py_SETREF(kw->names, PyList_AsTuple(kw->names));
+    *store = PyList_AsTuple(values);
+    Py_DECREF(values);
+    if (kw->names == NULL || *store == NULL) return -1;
+    kw->values = &PyTuple_GET_ITEM(*store, 0);
+    return 0;
+}
+
+/* ``launch(launcher, args, kwargs)``: the guarded launch alone (tests compare it with the launcher's
  * own); ``(kernel,)``, or ``None`` where the launcher must take the call. */
 static PyObject *launch_py(PyObject *self, PyObject *const *argv, Py_ssize_t n) {
-    if (n != 3 || !PyTuple_CheckExact(argv[1])) {
-        PyErr_SetString(PyExc_TypeError, "launch(launcher, args: tuple, grid)");
+    if (n != 3 || !PyTuple_CheckExact(argv[1]) || !PyDict_CheckExact(argv[2])) {
+        PyErr_SetString(PyExc_TypeError, "launch(launcher, args: tuple, kwargs: dict)");
         return NULL;
     }
-    int declined;
-    PyObject *kernel = launch(argv[0], argv[1], argv[2], &declined);
-    if (kernel == NULL) {
-        if (declined) Py_RETURN_NONE;
+    Keywords kw = {NULL, NULL};
+    PyObject *store = NULL, *made = NULL, *out = NULL, *grid = PyDict_GetItemWithError(argv[2], s_grid);
+    if (grid == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "grid");
         return NULL;
     }
-    PyObject *out = PyTuple_Pack(1, kernel);
-    Py_DECREF(kernel);
+    if (kw_from(argv[2], &kw, &store) == 0) {
+        int declined;
+        PyObject *kernel = launch(argv[0], argv[1], &kw, grid, &made, &declined);
+        out = kernel ? PyTuple_Pack(1, kernel) : declined ? Py_NewRef(Py_None) : NULL;
+        Py_XDECREF(kernel);
+    }
+    Py_XDECREF(kw.names);
+    Py_XDECREF(store);
+    Py_XDECREF(made);
     return out;
 }
 
-/* ``guard(program, args)``: a plan's guard alone, ``(facts, values)`` or None (tests compare it with
- * the generated one). */
+/* ``guard(program, args, kwargs)``: a plan's guard alone, ``(facts, values)`` or None (tests
+ * compare it with the generated one). */
 static PyObject *guard_py(PyObject *self, PyObject *const *argv, Py_ssize_t n) {
-    if (n != 2 || !PyTuple_CheckExact(argv[1])) {
-        PyErr_SetString(PyExc_TypeError, "guard(program, args: tuple)");
+    if (n != 3 || !PyTuple_CheckExact(argv[1]) || !PyDict_CheckExact(argv[2])) {
+        PyErr_SetString(PyExc_TypeError, "guard(program, args: tuple, kwargs: dict)");
         return NULL;
     }
-    PyObject *facts, *values;
-    int found = guard(argv[0], argv[1], &facts, &values);
-    if (found < 0) return NULL;
-    if (found == 0) Py_RETURN_NONE;
-    PyObject *out = PyTuple_Pack(2, facts, values);
-    Py_DECREF(facts);
-    Py_DECREF(values);
+    Keywords kw = {NULL, NULL};
+    PyObject *store = NULL, *facts, *values, *out = NULL;
+    if (kw_from(argv[2], &kw, &store) == 0) {
+        int found = guard(argv[0], argv[1], &kw, &facts, &values);
+        if (found > 0) {
+            out = PyTuple_Pack(2, facts, values);
+            Py_DECREF(facts);
+            Py_DECREF(values);
+        } else if (found == 0) {
+            out = Py_NewRef(Py_None);
+        }
+    }
+    Py_XDECREF(kw.names);
+    Py_XDECREF(store);
     return out;
 }
 
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    PyObject *instance, *fast, *key_pos, *no_dtype, *slow;
+    PyObject *instance, *fast, *shapes, *key_pos, *no_dtype, *slow;
     Py_ssize_t min_args;
 } Hit;
 
@@ -369,22 +439,27 @@ static PyObject *raw_key(Hit *self, PyObject *args) {
 static PyObject *hit_call(PyObject *op, PyObject *const *argv, size_t nargsf, PyObject *kwnames) {
     Hit *self = (Hit *)op;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *grid = NULL, *warmup = NULL, *args = NULL, *key = NULL, *hit = NULL, *cache = NULL, *pre = NULL;
-    PyObject *result = NULL;
-    if (kwnames == NULL || PyTuple_GET_SIZE(kwnames) != 2 || nargs < self->min_args) goto slow;
-    for (Py_ssize_t j = 0; j < 2; j++) {
-        PyObject *name = PyTuple_GET_ITEM(kwnames, j);
-        if (name == s_grid || PyUnicode_Compare(name, s_grid) == 0) grid = argv[nargs + j];
-        else if (name == s_warmup || PyUnicode_Compare(name, s_warmup) == 0) warmup = argv[nargs + j];
-    }
-    if (grid == NULL || warmup == NULL || PyObject_IsTrue(warmup) != 0) goto slow;
+    Keywords kw = {kwnames, argv + nargs};
+    PyObject *grid, *warmup, *args = NULL, *key = NULL, *hit = NULL, *cache = NULL, *pre = NULL, *made = NULL,
+             *shape = NULL, *result = NULL;
+    if (kwnames == NULL || (grid = kw_get(&kw, s_grid)) == NULL || (warmup = kw_get(&kw, s_warmup)) == NULL ||
+        PyObject_IsTrue(warmup) != 0)
+        goto slow;
     args = PyTuple_New(nargs);
     if (args == NULL) goto slow;
-    for (Py_ssize_t i = 0; i < nargs; i++) {
-        Py_INCREF(argv[i]);
-        PyTuple_SET_ITEM(args, i, argv[i]);
+    for (Py_ssize_t i = 0; i < nargs; i++) PyTuple_SET_ITEM(args, i, Py_NewRef(argv[i]));
+    if (kw_count(&kw) == 2) { /* every kernel argument positional */
+        if (nargs < self->min_args) goto slow;
+        key = raw_key(self, args);
+    } else { /* kernel arguments by keyword: the raw key of this shape of launch, as the Python path finds it */
+        PyObject *count = PyLong_FromSsize_t(nargs);
+        shape = count ? PyTuple_Pack(2, count, kwnames) : NULL;
+        Py_XDECREF(count);
+        PyObject *keyed = shape ? PyDict_GetItemWithError(self->shapes, shape) : NULL;
+        if (keyed == NULL || keyed == Py_None || kw_made(&kw, &made) == NULL) goto slow;
+        PyObject *pair[2] = {args, made};
+        key = call(keyed, pair, 2);
     }
-    key = raw_key(self, args);
     hit = key ? PyDict_GetItemWithError(self->fast, key) : NULL;
     if (hit == NULL) goto slow;
     Py_INCREF(hit);
@@ -397,52 +472,52 @@ static PyObject *hit_call(PyObject *op, PyObject *const *argv, size_t nargsf, Py
     if (pre != Py_None) goto slow;
     if (PyObject_SetAttr(self->instance, s_best_config, config) < 0) goto done;
     int declined;
-    result = launch(PyTuple_GET_ITEM(hit, 2), args, grid, &declined);
-    if (result == NULL && declined) { /* the launcher takes it, as the Python path hands it over */
-        PyObject *kwargs = PyDict_New();
-        if (kwargs != NULL && PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, 0), argv[nargs]) == 0 &&
-            PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, 1), argv[nargs + 1]) == 0) {
-            PyObject *pair[2] = {args, kwargs};
-            result = call(PyTuple_GET_ITEM(hit, 2), pair, 2);
-        }
-        Py_XDECREF(kwargs);
+    result = launch(PyTuple_GET_ITEM(hit, 2), args, &kw, grid, &made, &declined);
+    if (result == NULL && declined && kw_made(&kw, &made) != NULL) { /* the launcher takes it, as the Python path */
+        PyObject *pair[2] = {args, made};
+        result = call(PyTuple_GET_ITEM(hit, 2), pair, 2);
     }
     goto done;
 slow:
     if (clear_ordinary())
         result = PyObject_Vectorcall(self->slow, argv, nargsf, kwnames);
 done:
-    Py_XDECREF(args); Py_XDECREF(key); Py_XDECREF(hit); Py_XDECREF(cache); Py_XDECREF(pre);
+    Py_XDECREF(args); Py_XDECREF(key); Py_XDECREF(hit); Py_XDECREF(cache); Py_XDECREF(pre); Py_XDECREF(made);
+    Py_XDECREF(shape);
     return result;
 }
 
 static PyObject *hit_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
-    PyObject *instance, *fast, *key_pos, *no_dtype, *slow;
+    PyObject *instance, *fast, *shapes, *key_pos, *no_dtype, *slow;
     Py_ssize_t min_args;
     if (kw != NULL && PyDict_GET_SIZE(kw)) {
         PyErr_SetString(PyExc_TypeError, "Hit takes positional arguments only");
         return NULL;
     }
-    if (!PyArg_ParseTuple(a, "OO!O!OOn", &instance, &PyDict_Type, &fast, &PyTuple_Type, &key_pos, &no_dtype, &slow,
-                          &min_args))
+    if (!PyArg_ParseTuple(a, "OO!O!O!OOn", &instance, &PyDict_Type, &fast, &PyDict_Type, &shapes, &PyTuple_Type,
+                          &key_pos, &no_dtype, &slow, &min_args))
         return NULL;
     Hit *self = (Hit *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
     self->vectorcall = hit_call;
-    Py_INCREF(instance); Py_INCREF(fast); Py_INCREF(key_pos); Py_INCREF(no_dtype); Py_INCREF(slow);
-    self->instance = instance, self->fast = fast, self->key_pos = key_pos, self->no_dtype = no_dtype,
+    Py_INCREF(instance); Py_INCREF(fast); Py_INCREF(shapes); Py_INCREF(key_pos); Py_INCREF(no_dtype);
+    Py_INCREF(slow);
+    self->instance = instance, self->fast = fast, self->shapes = shapes, self->key_pos = key_pos,
+    self->no_dtype = no_dtype,
     self->slow = slow, self->min_args = min_args;
     return (PyObject *)self;
 }
 
 static int hit_traverse(Hit *self, visitproc visit, void *arg) {
-    Py_VISIT(self->instance); Py_VISIT(self->fast); Py_VISIT(self->key_pos); Py_VISIT(self->no_dtype);
+    Py_VISIT(self->instance); Py_VISIT(self->fast); Py_VISIT(self->shapes); Py_VISIT(self->key_pos);
+    Py_VISIT(self->no_dtype);
     Py_VISIT(self->slow);
     return 0;
 }
 
 static int hit_clear(Hit *self) {
-    Py_CLEAR(self->instance); Py_CLEAR(self->fast); Py_CLEAR(self->key_pos); Py_CLEAR(self->no_dtype);
+    Py_CLEAR(self->instance); Py_CLEAR(self->fast); Py_CLEAR(self->shapes); Py_CLEAR(self->key_pos);
+    Py_CLEAR(self->no_dtype);
     Py_CLEAR(self->slow);
     return 0;
 }
@@ -465,7 +540,7 @@ static PyTypeObject HitType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_tdp_hit.Hit",
     .tp_basicsize = sizeof(Hit),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "Hit(instance, fast, key_pos, no_dtype, slow, min_args): an Autotuner's cache-hit run",
+    .tp_doc = "Hit(instance, fast, shapes, key_pos, no_dtype, slow, min_args): an Autotuner's cache-hit run",
     .tp_new = hit_new,
     .tp_dealloc = (destructor)hit_dealloc,
     .tp_traverse = (traverseproc)hit_traverse,
@@ -492,8 +567,8 @@ static PyObject *configure(PyObject *self, PyObject *const *argv, Py_ssize_t n) 
 
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, "set the tensor and hook-chain types"},
-    {"launch", (PyCFunction)(void (*)(void))launch_py, METH_FASTCALL, "launch(launcher, args, grid)"},
-    {"guard", (PyCFunction)(void (*)(void))guard_py, METH_FASTCALL, "guard(program, args)"},
+    {"launch", (PyCFunction)(void (*)(void))launch_py, METH_FASTCALL, "launch(launcher, args, kwargs)"},
+    {"guard", (PyCFunction)(void (*)(void))guard_py, METH_FASTCALL, "guard(program, args, kwargs)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tdp_hit", NULL, -1, methods};
@@ -510,7 +585,6 @@ PyMODINIT_FUNC PyInit__tdp_hit(void) {
         {&s_device_caches, "device_caches"}, {&s_debug, "debug"}};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;
-    if ((empty_dict = PyDict_New()) == NULL) return NULL;
     for (long d = 0; d < 3; d++)
         if ((dims[d] = PyLong_FromLong(d)) == NULL) return NULL;
     if (PyType_Ready(&HitType) < 0) return NULL;

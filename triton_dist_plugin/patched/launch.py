@@ -125,8 +125,8 @@ def _fast_run(instance: Any, state: KernelState):
     compiled = compiled_hit.module() if direct.usable(instance.fn) else None
     if compiled is None:
         return run
-    # The same path in C for launches of positional arguments; it hands every other to ``run``.
-    return compiled.Hit(instance, fast, tuple(state.key_pos), kernel_state.NO_DTYPE, run, min_args)
+    # The same path in C; it hands every launch it does not serve to ``run``.
+    return compiled.Hit(instance, fast, shapes, tuple(state.key_pos), kernel_state.NO_DTYPE, run, min_args)
 
 
 def is_fast_run(run: Any) -> bool:

@@ -49,7 +49,7 @@ class Plan:
     ``bound(args, kwargs)`` the parameter dict a callable grid is given. ``entries`` maps this
     plan's keys (with the device and knobs) to what they launch: keys of two plans never meet, as
     one plan's ``None`` or float adds nothing where another's tensor adds two. ``program`` is the
-    same guard as data, for ``_hit.c`` (plans of positional arguments alone; else None)."""
+    same guard as data, for ``_hit.c``."""
 
     arity: int
     names: tuple
@@ -143,7 +143,7 @@ def build(fn: Any, meta: dict, args: tuple, backend: Any, kwargs: Optional[dict]
     if found is None:
         return None, "a tensor argument is not on the device"
     ordered = tuple(name for source, name in sources if source == "kw")
-    program = None if ordered else _program(sources, kinds, len(args), device_attr or DEVICE_ATTR)
+    program = _program(sources, kinds, (len(args), len(kwargs)), device_attr or DEVICE_ATTR)
     return Plan(len(args), ordered, kinds, namespace["guard"], namespace["bound"], program=program), ""
 
 
@@ -152,15 +152,16 @@ _OPS = {"const": 0, "tensor": 1, "int": 2, "none": 3, "constexpr": 4, "bool": 5,
 _FACTS = {"tensor": 2, "int": 3, "constexpr": 1}
 
 
-def _program(sources: list, kinds: tuple, arity: int, device_attr: str) -> tuple:
-    """``(arity, device attribute, ops, fact count)``: ``_source``'s guard for positional arguments,
-    one ``(code, argument index or constant)`` per parameter in signature order."""
+def _program(sources: list, kinds: tuple, counts: tuple, device_attr: str) -> tuple:
+    """``(arity, device attribute, ops, fact count, keyword count)``: ``_source``'s guard as data, one
+    ``(code, argument index, keyword name or constant)`` per parameter in signature order (``counts``:
+    how many positional arguments and keywords a call of this shape has)."""
     given, ops, facts = iter(kinds), [], 0
     for source, what in sources:
         kind = "const" if source == "const" else next(given)
         ops.append((_OPS[kind], what))
         facts += _FACTS.get(kind, 0)
-    return (arity, device_attr, tuple(ops), facts)
+    return (counts[0], device_attr, tuple(ops), facts, counts[1])
 
 
 def _tuple(items: list) -> str:
