@@ -14,7 +14,7 @@ import shutil
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
-from test_launch_guard import _backend, _kernels, _same, _standin, _step, calls
+from test_launch_guard import _backend, _kernels, _same, _standin, _step, calls, plan_for
 
 from triton_dist_plugin import _compat
 from triton_dist_plugin.patched import compiled_hit, direct, launch_guard
@@ -44,9 +44,7 @@ def test_the_compiled_guard_gives_the_generated_guards_key(kernels, compiled, na
     @given(calls(fn, arity))
     def check(drawn):
         _, samples = drawn
-        args, kwargs = samples[0]
-        plan, why = launch_guard.build(fn, meta, args, _backend(), kwargs, device_attr="is_cpu")
-        assert plan is not None, why
+        plan = plan_for(fn, meta, samples)
         for args, kwargs in samples:
             want, got = plan.guard(args, kwargs), compiled.guard(plan.program, args, kwargs)
             assert got is not None and len(got) == 2

@@ -125,6 +125,14 @@ def calls(draw, fn, arity):
     return kinds, samples
 
 
+def plan_for(fn, meta: dict, samples: list):
+    """The plan built from the first of ``samples`` (drawn by ``calls``), on the stand-in device."""
+    args, kwargs = samples[0]
+    plan, why = launch_guard.build(fn, meta, args, _backend(), kwargs, device_attr="is_cpu")
+    assert plan is not None, why
+    return plan
+
+
 def _launch_values(bound: dict) -> tuple:
     return tuple(v.data_ptr() if isinstance(v, torch.Tensor) else v for v in bound.values())
 
@@ -138,9 +146,7 @@ def test_one_guard_key_means_one_specialisation(kernels, name):
     @given(calls(fn, arity))
     def check(drawn):
         kinds, samples = drawn
-        args, kwargs = samples[0]
-        plan, why = launch_guard.build(fn, meta, args, _backend(), kwargs, device_attr="is_cpu")
-        assert plan is not None, why
+        plan = plan_for(fn, meta, samples)
         assert plan.kinds == tuple(kinds)
         seen: dict = {}
         for args, kwargs in samples:
