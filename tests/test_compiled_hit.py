@@ -259,3 +259,80 @@ def test_a_child_forked_while_the_build_holds_its_lock_can_build():
             os._exit(0 if compiled_hit._lock.acquire(timeout=5) else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+WIDE = 20  # parameters: a tuple of the launch's values this long escapes CPython's free lists
+
+
+def _wide_tuner(tmp_path, monkeypatch, compiled, warm: int = 5):
+    """A tuned stand-in kernel of ``WIDE`` parameters, its key tuned, its ``Hit`` launched ``warm`` times."""
+    import importlib.util
+
+    import triton
+    from triton.runtime.jit import JITFunction
+
+    names = ", ".join(f"a{i}" for i in range(WIDE - 2))
+    path = tmp_path / "wide_kernel.py"
+    path.write_text(f"import triton.language as tl\n\ndef wide({names}, n, BLOCK: tl.constexpr):\n    pass\n")
+    spec = importlib.util.spec_from_file_location("wide_kernel", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:  # imported under the interpreter's setting, as the rest of the session imports it
+        import triton.experimental.gluon  # noqa: F401
+    except ImportError:
+        pass
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(compiled_hit, "_module", [compiled])
+    fn = JITFunction(module.wide)
+    _standin(fn, monkeypatch)
+    configs = [triton.Config({"BLOCK": b}, num_warps=4) for b in (16, 32)]
+    tuned = triton.autotune(configs=configs, key=["n"])(fn)
+    x = torch.zeros(64)
+    args = (x,) * (WIDE - 2) + (64,)
+    tuned.cache[(64,) + ("torch.float32",) * (WIDE - 2)] = configs[1]
+    for _ in range(warm):
+        tuned[(1,)](*args)
+    assert type(tuned.__dict__["run"]).__name__ == "Hit"
+    return tuned, args
+
+
+def test_a_collection_during_a_hit_never_meets_a_half_built_tuple(tmp_path, compiled, monkeypatch):
+    """A garbage collection may start at any allocation and run Python (``gc.callbacks``, as memory
+    profilers install): whatever it finds of a hit's key and values is whole."""
+    import gc
+
+    tuned, args = _wide_tuner(tmp_path, monkeypatch, compiled)
+    seen = []
+
+    def look(phase, _info):
+        if phase == "start":
+            seen.append(sum(len([type(item) for item in o]) for o in gc.get_objects() if type(o) is tuple))
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(look)
+    try:
+        for t in range(1, 20):
+            gc.set_threshold(t)
+            for _ in range(20):
+                tuned[(1,)](*args)
+    finally:
+        gc.callbacks.remove(look)
+        gc.set_threshold(*threshold)
+    assert seen  # collections ran during the hits
+
+
+def test_keyword_names_of_a_str_subclass_take_the_python_path(tmp_path, compiled, monkeypatch):
+    """A keyword's name that is a ``str`` subclass (its own hash) is looked up as a dict looks it up."""
+
+    class Name(str):
+        def __hash__(self):
+            return 7
+
+        __eq__ = str.__eq__
+
+    for python in (False, True):  # from the first hit on, before and after the launcher learns the call
+        tuned, args = _wide_tuner(tmp_path, monkeypatch, compiled, warm=1)
+        run = tuned.__dict__["run"].slow if python else tuned.__dict__["run"]
+        for _ in range(5):
+            kernel = run(*args, **{Name("grid"): (2,), Name("warmup"): False})
+            assert kernel.launches.pop()[:3] == (2, 1, 1)

@@ -15,7 +15,7 @@
 static PyObject *s_grid, *s_warmup, *s_cache, *s_best_config, *s_pre_hook, *s_dtype, *s_data_ptr, *s_calls,
     *s_c_state, *s_off, *s_plans, *s_program, *s_entries, *s_bound, *s_pre_run_hooks, *s_used_global_vals,
     *s_stage_hook, *s_enter, *s_leave, *s_active, *s_get_device, *s_get_stream, *s_device_caches, *s_debug;
-static PyObject *t_tensor, *t_param, *t_chain, *dims[3];
+static PyObject *t_tensor, *t_param, *t_chain, *dims[3], *sizes[4];
 
 enum { OP_CONST, OP_TENSOR, OP_INT, OP_NONE, OP_CONSTEXPR, OP_BOOL, OP_FLOAT };
 
@@ -41,15 +41,15 @@ static int quiet(PyObject *runtime, PyObject *name) {
     return q;
 }
 
-/* Triton's facts of an integer, ``a == 1``, ``a & 15 == 0`` and its size class (launch_guard's), put
- * into ``facts`` from ``*at``; no Python code runs. */
-static int int_facts(PyObject *a, PyObject *facts, Py_ssize_t *at) {
+/* Triton's facts of an integer, ``a == 1``, ``a & 15 == 0`` and its size class (launch_guard's),
+ * as bits: 1 for one, 2 for a multiple of 16, the class shifted by 2; -1 on an error. */
+static int int_facts(PyObject *a) {
     int overflow = 0;
     long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
     if (v == -1 && PyErr_Occurred()) return -1;
     unsigned long long low = PyLong_AsUnsignedLongLongMask(a);
     if (low == (unsigned long long)-1 && PyErr_Occurred()) return -1;
-    long size;
+    int size;
     if (!overflow) {
         size = (v >= -2147483648LL && v < 2147483648LL) ? 0 : 1;
     } else if (overflow > 0) {
@@ -59,12 +59,7 @@ static int int_facts(PyObject *a, PyObject *facts, Py_ssize_t *at) {
     } else {
         size = 3;
     }
-    PyObject *klass = PyLong_FromLong(size);
-    if (klass == NULL) return -1;
-    PyTuple_SET_ITEM(facts, (*at)++, Py_NewRef((!overflow && v == 1) ? Py_True : Py_False));
-    PyTuple_SET_ITEM(facts, (*at)++, Py_NewRef((low & 15) == 0 ? Py_True : Py_False));
-    PyTuple_SET_ITEM(facts, (*at)++, klass);
-    return 0;
+    return (!overflow && v == 1) | ((low & 15) == 0) << 1 | size << 2;
 }
 
 /* A call's keywords as vectorcall gives them: ``names`` (a tuple, or NULL for none) and their values. */
@@ -149,35 +144,42 @@ static int guard(PyObject *program, PyObject *args, const Keywords *kw, PyObject
         int on = attr_true(given[i], device_attr);
         if (on <= 0) return on;
     }
-    Py_ssize_t at = 0;
-    int result = -1;
+    Py_ssize_t at = 0, count = 0;
+    int result = -1, bits[MOST_OPS];
     PyObject *facts = NULL, *values = NULL;
     for (Py_ssize_t i = 0; i < n; i++) pointers[i] = dtypes[i] = NULL;
-    for (Py_ssize_t i = 0; i < n; i++) { /* the tensors' pointers and dtypes, as the launcher would read them */
-        if (codes[i] != OP_TENSOR) continue;
+    for (Py_ssize_t i = 0; i < n; i++) { /* the tensors' pointers and dtypes as the launcher would read them, */
+        long code = codes[i];         /* and every fact, before any container of the result exists */
+        count += code == OP_TENSOR ? 2 : code == OP_INT ? 3 : code == OP_CONSTEXPR ? 1 : 0;
+        if (code == OP_INT && (bits[i] = int_facts(given[i])) < 0) goto done;
+        if (code != OP_TENSOR) continue;
         if ((pointers[i] = PyObject_CallMethodNoArgs(given[i], s_data_ptr)) == NULL) goto done;
         if ((dtypes[i] = PyObject_GetAttr(given[i], s_dtype)) == NULL) goto done;
         if (!PyLong_Check(pointers[i])) { result = 0; goto done; }
+        unsigned long long low = PyLong_AsUnsignedLongLongMask(pointers[i]);
+        if (low == (unsigned long long)-1 && PyErr_Occurred()) goto done;
+        bits[i] = (low & 15) == 0;
     }
-    facts = PyTuple_New(n_facts);
-    values = facts ? PyTuple_New(n) : NULL;
-    if (values == NULL) goto done;
-    for (Py_ssize_t i = 0; i < n; i++) { /* no Python code from here on */
-        long code = codes[i];
-        Py_ssize_t adds = code == OP_TENSOR ? 2 : code == OP_INT ? 3 : code == OP_CONSTEXPR ? 1 : 0;
-        if (at + adds > n_facts) { result = 0; goto done; }
-        if (code == OP_TENSOR) {
-            unsigned long long low = PyLong_AsUnsignedLongLongMask(pointers[i]);
-            if (low == (unsigned long long)-1 && PyErr_Occurred()) goto done;
+    if (count != n_facts) { result = 0; goto done; }
+    /* The key whole before the values are made: allocating those may run a collection, and a
+     * collection's callbacks are Python code, which must never meet a tuple half filled. Nothing
+     * here allocates but the tuple itself (the size classes are small ints, which are cached). */
+    if ((facts = PyTuple_New(n_facts)) == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (codes[i] == OP_TENSOR) {
             PyTuple_SET_ITEM(facts, at++, Py_NewRef(dtypes[i]));
-            PyTuple_SET_ITEM(facts, at++, Py_NewRef((low & 15) == 0 ? Py_True : Py_False));
-            PyTuple_SET_ITEM(values, i, Py_NewRef(pointers[i]));
-            continue;
+            PyTuple_SET_ITEM(facts, at++, Py_NewRef(bits[i] ? Py_True : Py_False));
+        } else if (codes[i] == OP_INT) {
+            PyTuple_SET_ITEM(facts, at++, Py_NewRef(bits[i] & 1 ? Py_True : Py_False));
+            PyTuple_SET_ITEM(facts, at++, Py_NewRef(bits[i] & 2 ? Py_True : Py_False));
+            PyTuple_SET_ITEM(facts, at++, Py_NewRef(sizes[bits[i] >> 2]));
+        } else if (codes[i] == OP_CONSTEXPR) {
+            PyTuple_SET_ITEM(facts, at++, Py_NewRef(given[i]));
         }
-        if (code == OP_INT && int_facts(given[i], facts, &at) < 0) goto done;
-        if (code == OP_CONSTEXPR) PyTuple_SET_ITEM(facts, at++, Py_NewRef(given[i]));
-        PyTuple_SET_ITEM(values, i, Py_NewRef(given[i]));
     }
+    if ((values = PyTuple_New(n)) == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(values, i, Py_NewRef(codes[i] == OP_TENSOR ? pointers[i] : given[i]));
     if (at != n_facts) { result = 0; goto done; }
     *facts_out = facts, *values_out = values;
     facts = values = NULL;
@@ -442,7 +444,10 @@ static PyObject *hit_call(PyObject *op, PyObject *const *argv, size_t nargsf, Py
     Keywords kw = {kwnames, argv + nargs};
     PyObject *grid, *warmup, *args = NULL, *key = NULL, *hit = NULL, *cache = NULL, *pre = NULL, *made = NULL,
              *shape = NULL, *result = NULL;
-    if (kwnames == NULL || (grid = kw_get(&kw, s_grid)) == NULL || (warmup = kw_get(&kw, s_warmup)) == NULL ||
+    if (kwnames == NULL) goto slow;
+    for (Py_ssize_t j = 0; j < kw_count(&kw); j++) /* names a dict would look up otherwise: Python's */
+        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(kwnames, j))) goto slow;
+    if ((grid = kw_get(&kw, s_grid)) == NULL || (warmup = kw_get(&kw, s_warmup)) == NULL ||
         PyObject_IsTrue(warmup) != 0)
         goto slow;
     args = PyTuple_New(nargs);
@@ -587,6 +592,8 @@ PyMODINIT_FUNC PyInit__tdp_hit(void) {
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;
     for (long d = 0; d < 3; d++)
         if ((dims[d] = PyLong_FromLong(d)) == NULL) return NULL;
+    for (long c = 0; c < 4; c++) /* an integer's size classes, made once */
+        if ((sizes[c] = PyLong_FromLong(c)) == NULL) return NULL;
     if (PyType_Ready(&HitType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

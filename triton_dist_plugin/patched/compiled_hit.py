@@ -140,7 +140,7 @@ def _build(cache, include: str, name: str) -> str:
             try:
                 said, _ = build.communicate(timeout=BUILD_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                build.kill()
+                _end(build)
                 raise
             finally:
                 _running.remove(build)
@@ -155,6 +155,16 @@ _running: list = []  # the compiler while it runs (a process exiting meanwhile s
 @atexit.register
 def _stop() -> None:
     for build in list(_running):
+        _end(build)
+
+
+def _end(build: subprocess.Popen) -> None:
+    """Stop the compiler driver so that it stops its own passes and removes its temporary files
+    (a SIGKILL would leave both behind), killing it only if it does not end within a second."""
+    build.terminate()
+    try:
+        build.wait(timeout=1.0)
+    except subprocess.TimeoutExpired:
         build.kill()
 
 
