@@ -39,6 +39,8 @@ NAME = "_tdp_hit"
 SOURCE = Path(__file__).with_name("_hit.c")
 BUILD_TIMEOUT_S = 120.0
 
+#: Files an NVIDIA driver puts in place: ``start`` builds ahead only where one is (no CUDA call).
+_NVIDIA_DRIVER = ("/proc/driver/nvidia/version", "/dev/nvidiactl")
 _lock = threading.Lock()
 _module: list = []  # the loaded module once built (or [None] once it could not be)
 _builder: list = []  # the thread ``start`` began, if any
@@ -57,8 +59,8 @@ def start() -> None:
     hit (called at activation and decoration, beside ``forked_compile.prestart``). No tuning waits
     for it; the first hit does while it still builds, and a fork of the isolation worker does too
     (it holds a lock and a compiler while it works). It imports nothing: loading is the first hit's."""
-    if _module or _builder or not wanted():
-        return
+    if _module or _builder or not wanted() or not any(os.path.exists(p) for p in _NVIDIA_DRIVER):
+        return  # (without an NVIDIA driver nothing launches here: the first hit, if any, builds it)
     _builder.append(True)
     forked_compile.start_side("tdp-compiled-hit", _prepare)
 
