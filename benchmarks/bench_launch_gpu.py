@@ -142,6 +142,8 @@ def _launcher_alone(tuned, jit_args: tuple, grid):
 
     from triton_dist_plugin.patched import kernel_state
 
+    for _ in range(4):  # the binder confirms the kernel, the guard learns the call and its entry
+        tuned[grid](*jit_args)
     state = kernel_state.state_of(tuned)
     launcher = state.fast[state.key_get(jit_args)][2]
     plan = next((p for p in getattr(launcher, "plans", ()) if p.entries), None)
