@@ -91,24 +91,23 @@ static PyObject *kw_dict(const Keywords *kw) {
 /* Most parameters a compiled guard reads (a kernel with more keeps the Python guard). */
 #define MOST_OPS 256
 
-/* A plan's guard (launch_guard._source) run from its program ``(arity, device attribute, ops, fact
- * count, keyword count)``: 1 with ``*facts`` and ``*values`` set, 0 where the call is not of the
+/* A plan's guard (launch_guard._source) run from its program ``(arity, device attribute, ops,
+ * keyword count)``: 1 with ``*facts`` and ``*values`` set, 0 where the call is not of the
  * plan's kinds (or the program is not one ``_program`` makes), -1 on an error. Each op reads a
  * positional argument (its index) or a keyword (its name). Every call into Python (the device
  * check, ``data_ptr``, ``dtype``) comes before the key and values are built, so no Python code ever
  * sees them half filled. */
 static int guard(PyObject *program, PyObject *args, const Keywords *kw, PyObject **facts_out, PyObject **values_out) {
-    if (!PyTuple_CheckExact(program) || PyTuple_GET_SIZE(program) != 5) return 0;
+    if (!PyTuple_CheckExact(program) || PyTuple_GET_SIZE(program) != 4) return 0;
     PyObject *device_attr = PyTuple_GET_ITEM(program, 1), *ops = PyTuple_GET_ITEM(program, 2);
     Py_ssize_t arity = PyLong_AsSsize_t(PyTuple_GET_ITEM(program, 0));
-    Py_ssize_t n_facts = arity < 0 ? -1 : PyLong_AsSsize_t(PyTuple_GET_ITEM(program, 3));
-    Py_ssize_t keywords = n_facts < 0 ? -1 : PyLong_AsSsize_t(PyTuple_GET_ITEM(program, 4));
+    Py_ssize_t keywords = arity < 0 ? -1 : PyLong_AsSsize_t(PyTuple_GET_ITEM(program, 3));
     if (PyErr_Occurred()) return -1;
-    if (!PyTuple_CheckExact(ops) || !PyUnicode_Check(device_attr) || n_facts < 0 ||
+    if (!PyTuple_CheckExact(ops) || !PyUnicode_Check(device_attr) || keywords < 0 ||
         PyTuple_GET_SIZE(args) != arity || kw_count(kw) != keywords)
         return 0;
     Py_ssize_t n = PyTuple_GET_SIZE(ops);
-    if (n > MOST_OPS || n_facts > 3 * n) return 0;
+    if (n > MOST_OPS) return 0;
     long codes[MOST_OPS];
     PyObject *given[MOST_OPS], *pointers[MOST_OPS], *dtypes[MOST_OPS];
     for (Py_ssize_t i = 0; i < n; i++) { /* the kinds first, as the generated guard checks them */
@@ -160,11 +159,10 @@ static int guard(PyObject *program, PyObject *args, const Keywords *kw, PyObject
         if (low == (unsigned long long)-1 && PyErr_Occurred()) goto done;
         bits[i] = (low & 15) == 0;
     }
-    if (count != n_facts) { result = 0; goto done; }
     /* The key whole before the values are made: allocating those may run a collection, and a
      * collection's callbacks are Python code, which must never meet a tuple half filled. Nothing
      * here allocates but the tuple itself (the size classes are small ints, which are cached). */
-    if ((facts = PyTuple_New(n_facts)) == NULL) goto done;
+    if ((facts = PyTuple_New(count)) == NULL) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (codes[i] == OP_TENSOR) {
             PyTuple_SET_ITEM(facts, at++, Py_NewRef(dtypes[i]));
@@ -180,7 +178,6 @@ static int guard(PyObject *program, PyObject *args, const Keywords *kw, PyObject
     if ((values = PyTuple_New(n)) == NULL) goto done;
     for (Py_ssize_t i = 0; i < n; i++)
         PyTuple_SET_ITEM(values, i, Py_NewRef(codes[i] == OP_TENSOR ? pointers[i] : given[i]));
-    if (at != n_facts) { result = 0; goto done; }
     *facts_out = facts, *values_out = values;
     facts = values = NULL;
     result = 1;

@@ -43,7 +43,7 @@ BUILD_TIMEOUT_S = 120.0
 _NVIDIA_DRIVER = ("/proc/driver/nvidia/version", "/dev/nvidiactl")
 _lock = threading.Lock()
 _module: list = []  # the loaded module once built (or [None] once it could not be)
-_builder: list = []  # the thread ``start`` began, if any
+_builder: list = []  # holds True once ``start`` has begun the build in its side thread
 why_not = ""  # why the compiled path is not in use, if it was tried
 
 

@@ -147,21 +147,17 @@ def build(fn: Any, meta: dict, args: tuple, backend: Any, kwargs: Optional[dict]
     return Plan(len(args), ordered, kinds, namespace["guard"], namespace["bound"], program=program), ""
 
 
-#: ``_hit.c``'s operation codes, and how many facts each adds to the key.
+#: ``_hit.c``'s operation codes.
 _OPS = {"const": 0, "tensor": 1, "int": 2, "none": 3, "constexpr": 4, "bool": 5, "float": 6}
-_FACTS = {"tensor": 2, "int": 3, "constexpr": 1}
 
 
 def _program(sources: list, kinds: tuple, counts: tuple, device_attr: str) -> tuple:
-    """``(arity, device attribute, ops, fact count, keyword count)``: ``_source``'s guard as data, one
-    ``(code, argument index, keyword name or constant)`` per parameter in signature order (``counts``:
-    how many positional arguments and keywords a call of this shape has)."""
-    given, ops, facts = iter(kinds), [], 0
-    for source, what in sources:
-        kind = "const" if source == "const" else next(given)
-        ops.append((_OPS[kind], what))
-        facts += _FACTS.get(kind, 0)
-    return (counts[0], device_attr, tuple(ops), facts, counts[1])
+    """``(arity, device attribute, ops, keyword count)``: ``_source``'s guard as data, one ``(code,
+    argument index, keyword name or constant)`` per parameter in signature order (``counts``: how
+    many positional arguments and keywords a call of this shape has)."""
+    given = iter(kinds)
+    ops = tuple((_OPS["const" if source == "const" else next(given)], what) for source, what in sources)
+    return (counts[0], device_attr, ops, counts[1])
 
 
 def _tuple(items: list) -> str:
