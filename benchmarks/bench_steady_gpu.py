@@ -14,7 +14,8 @@ environment's ``TRITON_DIST_*`` and ``TRITON_BENCH_METHOD`` settings are removed
 process has an empty pick cache of its own and shares one Triton cache, warmed first so that
 compiling is not what is compared: one plugin process compiles and screens every candidate of every
 key (its picks are not counted), then one upstream process launches every config once (loading what
-is cached, compiling anything missing). Each process reports every key's pick.
+is cached, compiling anything missing). Each process reports every key's pick (a plugin process, with
+the tuning's notes: what it screened, how the pick was settled).
 
 Then one judge process (no plugin) first times every config of each key once (10 calls each, in one
 profiler session) and keeps the three fastest: the exhaustive best is among them. It then times those
@@ -47,7 +48,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import cupti_batch_ms, cupti_ms, save_results
+from _common import collect_notes, cupti_batch_ms, cupti_ms, save_results
 from _procs import call_child, fresh_env, last_stderr_line, serve
 
 RESULTS = "steady_h200.json"
@@ -119,6 +120,7 @@ def child_tune() -> dict:
     plugin = "triton_dist_plugin" in sys.modules and sys.modules["triton_dist_plugin"].is_active()
     if plugin and os.environ.get(WARM_ENV) == "1":
         _screen_everything()
+    notes = collect_notes() if plugin else []  # why each pick was made: which were screened, the settling
     started = time.perf_counter()
     picks, errors = {}, {}
     for name in os.environ[CASES_ENV].split(","):  # each by the name asked for (in tiny mode too)
@@ -131,7 +133,9 @@ def child_tune() -> dict:
             _sync()
             seconds = time.perf_counter() - t0
             index = built.pick()
-            picks[name] = {"index": index, "pick": str(built.tuner.best_config), "tune_s": seconds}
+            picks[name] = {"index": index, "pick": str(built.tuner.best_config), "tune_s": seconds,
+                           **({"notes": notes[:]} if notes else {})}
+            notes.clear()
         except Exception as exc:
             errors[name] = _first_line(exc)
         finally:
