@@ -358,3 +358,88 @@ def test_the_build_starts_ahead_only_where_an_nvidia_driver_is(tmp_path, monkeyp
     thread.join(120)
     assert [p.name for p in (tmp_path / "cache").rglob("_tdp_hit*")], "the side thread built nothing"
     assert not compiled_hit._module  # it only builds: loading is the first hit's
+
+
+def test_the_compiled_subscript_calls_run_as_kernelinterfaces_lambda_does(compiled):
+    """``tuner[grid](*args, **kwargs)`` through ``Subscript`` and through upstream's lambda: the same
+    call of ``run`` (positional arguments, keywords in the lambda's order), ``run`` looked up at the
+    call, the same error where ``grid`` or ``warmup`` is given again; bound as a method too."""
+    import gc
+
+    from hypothesis import strategies as st
+    from triton.runtime.jit import KernelInterface
+
+    class Upstream(KernelInterface):
+        def run(self, *args, **kwargs):
+            return args, list(kwargs.items())
+
+    class Ours(Upstream):
+        __getitem__ = compiled.Subscript()
+
+    names = st.sampled_from(["x", "n", "out", "BLOCK", "grid", "warmup", "alpha"])
+    values = st.one_of(st.integers(), st.none(), st.text(max_size=2))
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.lists(values, max_size=80), st.dictionaries(names, values, max_size=4), values)
+    def check(args, kwargs, grid):
+        outcomes = []
+        for tuner in (Upstream(), Ours()):
+            try:
+                outcomes.append(tuner[grid](*args, **kwargs))
+            except TypeError as exc:
+                outcomes.append((type(exc), str(exc).split(" got ")[-1]))
+        assert outcomes[0] == outcomes[1]
+
+    check()
+    tuner = Ours()
+    launch = tuner[(3,)]
+    assert type(launch).__name__ == "Launch" and gc.is_tracked(launch)
+    tuner.run = lambda *a, **k: ("replaced", a, k)  # looked up at the call, as the lambda does
+    assert launch(1, x=2) == ("replaced", (1,), {"grid": (3,), "warmup": False, "x": 2})
+    assert tuner.__getitem__((4,))() == ("replaced", (), {"grid": (4,), "warmup": False})
+    with pytest.raises(TypeError):
+        compiled.Subscript()(tuner)
+
+
+def test_the_compiled_launch_gives_a_callable_grid_the_binders_dict(kernels, compiled, monkeypatch):
+    """A grid function is given the dict Triton's binder gives it (``JITFunction.run``): the same
+    names in the same order, the same objects, kernel arguments positional or by keyword."""
+    from triton.runtime.jit import JITFunction
+
+    fn = JITFunction(kernels["add"][0].fn)
+    meta = {"BLOCK": 128, "num_warps": 4}
+    _standin(fn, monkeypatch)
+    base = torch.zeros(256)
+    seen: list = []
+
+    def grid(bound):
+        seen.append([(name, id(value)) for name, value in bound.items()])
+        return (1,)
+
+    launcher = direct.Launcher(fn, meta)
+    for args, named in [((base, base, base, 64), {}), ((base, base), {"out": base, "n": 64})]:
+        for _ in range(6):
+            fn.run(*args, grid=grid, warmup=False, **named, **meta)
+            done = compiled.launch(launcher, args, {"grid": grid, "warmup": False, **named})
+            if done is None:  # not learned yet: the launcher's Python path
+                launcher(args, {"grid": grid, "warmup": False, **named})
+            assert seen[-1] == seen[-2], (seen[-2], seen[-1])
+        assert done is not None  # the last ones were C's
+
+
+def test_the_first_compiled_hit_installs_the_subscript_and_deactivation_removes_it(tmp_path, compiled, monkeypatch):
+    """``Autotuner.__getitem__`` is ours from the first compiled hit on, serves the tuned launches,
+    and goes with ``deactivate`` (the class has none of its own: ``KernelInterface``'s serves again)."""
+    import triton_dist_plugin as tdp
+
+    tuned, args = _wide_tuner(tmp_path, monkeypatch, compiled)
+    klass = _compat.Autotuner
+    assert type(klass.__dict__["__getitem__"]).__name__ == "Subscript"
+    assert type(tuned[(1,)]).__name__ == "Launch"
+    assert tuned[(2,)](*args).launches.pop()[:3] == (2, 1, 1)
+    tdp.deactivate()
+    try:
+        assert "__getitem__" not in klass.__dict__
+        assert type(tuned[(1,)]).__name__ == "function"  # upstream's lambda
+    finally:
+        tdp.activate()

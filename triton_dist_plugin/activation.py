@@ -6,8 +6,9 @@ carry timing and pruning hooks into subclasses that replace ``run`` with their o
 ``AutoTilingTuner``, FlagGems-style tuners). Which pieces a Triton release needs is decided here,
 once: 3.2 resolves its benchmarker in ``__init__``, 3.4+ through a ``do_bench`` property.
 
-``deactivate()`` puts back exactly the attributes it replaced, and only where it still finds its
-own wrapper, so another library's later patch is never undone by ours.
+``__getitem__`` (``tuner[grid]``) is added in C once the compiled cache-hit path loads (``subscript``).
+``deactivate()`` puts back exactly the attributes it replaced (and removes the one it added), and
+only where it still finds its own, so another library's later patch is never undone by ours.
 """
 
 from __future__ import annotations
@@ -109,11 +110,30 @@ def _prune_configs(wrapped, instance, args, kwargs):
     return configs
 
 
+def subscript(compiled) -> None:
+    """``Autotuner.__getitem__`` (``tuner[grid]``) in C, ``compiled.Subscript`` (``_hit.c``): the
+    callable it returns calls ``tuner.run`` as ``KernelInterface.__getitem__``'s lambda does, without
+    a closure, a frame or a keyword dict per launch. Installed once the compiled module is loaded
+    (the first compiled hit), while the plugin is active; removed with the rest."""
+    cls = _compat.Autotuner
+    with _lock:
+        if _installed and "__getitem__" not in cls.__dict__:  # (a release's own, or ours already)
+            ours = compiled.Subscript()
+            cls.__getitem__ = ours
+            _installed.append((cls, "__getitem__", _ABSENT, ours))
+
+
+_ABSENT = object()  # an attribute the class did not have of its own before ours
+launch.on_compiled.append(subscript)
+
+
 def _restore() -> None:
     kernel_state.active = False
     while _installed:
         owner, name, original, ours = _installed.pop()
-        if owner.__dict__.get(name) is ours:
+        if owner.__dict__.get(name) is ours and original is _ABSENT:
+            delattr(owner, name)
+        elif owner.__dict__.get(name) is ours:
             setattr(owner, name, original)
         else:
             where = getattr(owner, "__name__", owner)

@@ -13,7 +13,7 @@
 #include <stddef.h>
 
 static PyObject *s_grid, *s_warmup, *s_cache, *s_best_config, *s_pre_hook, *s_dtype, *s_data_ptr, *s_calls,
-    *s_c_state, *s_off, *s_plans, *s_program, *s_entries, *s_bound, *s_pre_run_hooks, *s_used_global_vals,
+    *s_c_state, *s_off, *s_plans, *s_program, *s_entries, *s_pre_run_hooks, *s_used_global_vals,
     *s_stage_hook, *s_enter, *s_leave, *s_active, *s_get_device, *s_get_stream, *s_device_caches, *s_debug;
 static PyObject *t_tensor, *t_param, *t_chain, *dims[3], *sizes[4];
 
@@ -92,22 +92,26 @@ static PyObject *kw_dict(const Keywords *kw) {
 #define MOST_OPS 256
 
 /* A plan's guard (launch_guard._source) run from its program ``(arity, device attribute, ops,
- * keyword count)``: 1 with ``*facts`` and ``*values`` set, 0 where the call is not of the
+ * keyword count, parameter names)``: 1 with ``*facts`` and ``*values`` set, 0 where the call is not of the
  * plan's kinds (or the program is not one ``_program`` makes), -1 on an error. Each op reads a
  * positional argument (its index) or a keyword (its name). Every call into Python (the device
  * check, ``data_ptr``, ``dtype``) comes before the key and values are built, so no Python code ever
  * sees them half filled. */
 static int guard(PyObject *program, PyObject *args, const Keywords *kw, PyObject **facts_out, PyObject **values_out) {
-    if (!PyTuple_CheckExact(program) || PyTuple_GET_SIZE(program) != 4) return 0;
-    PyObject *device_attr = PyTuple_GET_ITEM(program, 1), *ops = PyTuple_GET_ITEM(program, 2);
+    if (!PyTuple_CheckExact(program) || PyTuple_GET_SIZE(program) != 5) return 0;
+    PyObject *device_attr = PyTuple_GET_ITEM(program, 1), *ops = PyTuple_GET_ITEM(program, 2),
+             *names = PyTuple_GET_ITEM(program, 4);
     Py_ssize_t arity = PyLong_AsSsize_t(PyTuple_GET_ITEM(program, 0));
     Py_ssize_t keywords = arity < 0 ? -1 : PyLong_AsSsize_t(PyTuple_GET_ITEM(program, 3));
     if (PyErr_Occurred()) return -1;
     if (!PyTuple_CheckExact(ops) || !PyUnicode_Check(device_attr) || keywords < 0 ||
-        PyTuple_GET_SIZE(args) != arity || kw_count(kw) != keywords)
+        PyTuple_GET_SIZE(args) != arity || kw_count(kw) != keywords || !PyTuple_CheckExact(names) ||
+        PyTuple_GET_SIZE(names) != PyTuple_GET_SIZE(ops))
         return 0;
     Py_ssize_t n = PyTuple_GET_SIZE(ops);
     if (n > MOST_OPS) return 0;
+    for (Py_ssize_t i = 0; i < n; i++) /* the parameters' names, for ``bound_of`` */
+        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(names, i))) return 0;
     long codes[MOST_OPS];
     PyObject *given[MOST_OPS], *pointers[MOST_OPS], *dtypes[MOST_OPS];
     for (Py_ssize_t i = 0; i < n; i++) { /* the kinds first, as the generated guard checks them */
@@ -191,6 +195,29 @@ done:
     return result;
 }
 
+/* The plan's ``bound(args, kw)`` from its program, for a call its guard admitted: every parameter
+ * by name, in signature order (a constant, a positional argument or a keyword), the dict Triton's
+ * binder gives a callable grid. A new reference, or NULL with an error. */
+static PyObject *bound_of(PyObject *program, PyObject *args, const Keywords *kw) {
+    PyObject *ops = PyTuple_GET_ITEM(program, 2), *names = PyTuple_GET_ITEM(program, 4);
+    PyObject *d = PyDict_New();
+    for (Py_ssize_t i = 0; d != NULL && i < PyTuple_GET_SIZE(ops); i++) {
+        PyObject *op = PyTuple_GET_ITEM(ops, i), *source = PyTuple_GET_ITEM(op, 1), *v;
+        long code = PyLong_AsLong(PyTuple_GET_ITEM(op, 0));
+        if (code == OP_CONST) {
+            v = source;
+        } else if (PyUnicode_Check(source)) {
+            if ((v = kw_get(kw, source)) == NULL) PyErr_SetObject(PyExc_KeyError, source);
+        } else {
+            Py_ssize_t at = PyLong_AsSsize_t(source);
+            v = at >= 0 && at < PyTuple_GET_SIZE(args) ? PyTuple_GET_ITEM(args, at) : NULL;
+            if (v == NULL && !PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "argument position");
+        }
+        if (v == NULL || PyDict_SetItem(d, PyTuple_GET_ITEM(names, i), v) < 0) Py_CLEAR(d);
+    }
+    return d;
+}
+
 /* Clear an ordinary error (an ``Exception``: the Python path meets it again and deals with it as it
  * would); 0 with anything else still raised (KeyboardInterrupt, SystemExit), which goes to the caller. */
 static int clear_ordinary(void) {
@@ -211,9 +238,8 @@ static PyObject *kw_made(const Keywords *kw, PyObject **made) {
 /* direct.Launcher's guarded launch of ``args`` and the keywords ``kw`` (``grid`` among them): the
  * kernel launched, or NULL with ``*declined`` set and no error where the launcher must take the call
  * itself (it then redoes everything), or NULL with an error raised by the grid, the stream or the
- * launch. ``*kwargs``: the keywords' dict where one was made (see ``kw_made``). */
-static PyObject *launch(PyObject *launcher, PyObject *args, const Keywords *kw, PyObject *grid, PyObject **kwargs,
-                        int *declined) {
+ * launch. */
+static PyObject *launch(PyObject *launcher, PyObject *args, const Keywords *kw, PyObject *grid, int *declined) {
     PyObject *state = NULL, *plans = NULL, *facts = NULL, *values = NULL, *active = NULL, *current = NULL,
              *device = NULL, *caches_map = NULL, *caches = NULL, *debug = NULL, *knobs = NULL, *key = NULL,
              *entries = NULL, *entry = NULL, *stream = NULL, *bound = NULL, *shape = NULL, *result = NULL,
@@ -273,10 +299,7 @@ static PyObject *launch(PyObject *launcher, PyObject *args, const Keywords *kw, 
     stream = PyObject_VectorcallMethod(s_get_stream, stream_args, 2, NULL);
     if (stream == NULL) goto done;
     if (PyCallable_Check(grid)) {
-        PyObject *bound_args[2] = {args, kw_made(kw, kwargs)};
-        PyObject *binder = bound_args[1] ? PyObject_GetAttr(plan, s_bound) : NULL;
-        bound = binder ? call(binder, bound_args, 2) : NULL;
-        Py_XDECREF(binder);
+        bound = bound_of(program, args, kw);
         shape = bound ? call(grid, &bound, 1) : NULL;
     } else {
         shape = grid;
@@ -343,20 +366,19 @@ static PyObject *launch_py(PyObject *self, PyObject *const *argv, Py_ssize_t n) 
         return NULL;
     }
     Keywords kw = {NULL, NULL};
-    PyObject *store = NULL, *made = NULL, *out = NULL, *grid = PyDict_GetItemWithError(argv[2], s_grid);
+    PyObject *store = NULL, *out = NULL, *grid = PyDict_GetItemWithError(argv[2], s_grid);
     if (grid == NULL) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "grid");
         return NULL;
     }
     if (kw_from(argv[2], &kw, &store) == 0) {
         int declined;
-        PyObject *kernel = launch(argv[0], argv[1], &kw, grid, &made, &declined);
+        PyObject *kernel = launch(argv[0], argv[1], &kw, grid, &declined);
         out = kernel ? PyTuple_Pack(1, kernel) : declined ? Py_NewRef(Py_None) : NULL;
         Py_XDECREF(kernel);
     }
     Py_XDECREF(kw.names);
     Py_XDECREF(store);
-    Py_XDECREF(made);
     return out;
 }
 
@@ -474,7 +496,7 @@ static PyObject *hit_call(PyObject *op, PyObject *const *argv, size_t nargsf, Py
     if (pre != Py_None) goto slow;
     if (PyObject_SetAttr(self->instance, s_best_config, config) < 0) goto done;
     int declined;
-    result = launch(PyTuple_GET_ITEM(hit, 2), args, &kw, grid, &made, &declined);
+    result = launch(PyTuple_GET_ITEM(hit, 2), args, &kw, grid, &declined);
     if (result == NULL && declined && kw_made(&kw, &made) != NULL) { /* the launcher takes it, as the Python path */
         PyObject *pair[2] = {args, made};
         result = call(PyTuple_GET_ITEM(hit, 2), pair, 2);
@@ -552,12 +574,149 @@ static PyTypeObject HitType = {
     .tp_getset = hit_getset,
 };
 
-/* ``configure(tensor_types, hook_chain_type or None)``: what the guard and the hook check compare with. */
-static PyObject *configure(PyObject *self, PyObject *const *argv, Py_ssize_t n) {
-    if (n != 3 || !PyType_Check(argv[0]) || !PyType_Check(argv[1]) || (argv[2] != Py_None && !PyType_Check(argv[2]))) {
-        PyErr_SetString(PyExc_TypeError, "configure(tensor type, parameter type, hook chain type or None)");
+/* ``tuner[grid]``, as ``KernelInterface.__getitem__``'s lambda does it: a callable that calls
+ * ``tuner.run(grid=grid, warmup=False, *args, **kwargs)``, ``run`` looked up at the call. Installed as
+ * ``Autotuner.__getitem__`` while the plugin is active (activation.py); it makes no frame, closure or
+ * dict, and passes the keywords in the lambda's order (``grid``, ``warmup``, then the call's). */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *instance, *grid;
+} Proxy;
+
+static PyObject *launch_names, *s_run, *again; /* ("grid", "warmup"); "run"; the lambda's Python form */
+
+static PyObject *proxy_call(PyObject *op, PyObject *const *argv, size_t nargsf, PyObject *kwnames) {
+    Proxy *self = (Proxy *)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t j = 0; j < nkw; j++) { /* ``grid`` or ``warmup`` given again: the lambda's own error */
+        PyObject *name = PyTuple_GET_ITEM(kwnames, j);
+        if (!PyUnicode_CheckExact(name) || PyUnicode_Compare(name, s_grid) == 0 ||
+            PyUnicode_Compare(name, s_warmup) == 0) {
+            PyObject *args = PyTuple_New(nargs), *kwargs = PyDict_New(), *out = NULL;
+            for (Py_ssize_t i = 0; args != NULL && i < nargs; i++) PyTuple_SET_ITEM(args, i, Py_NewRef(argv[i]));
+            for (Py_ssize_t k = 0; kwargs != NULL && k < nkw; k++)
+                if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, k), argv[nargs + k]) < 0) Py_CLEAR(kwargs);
+            if (args != NULL && kwargs != NULL) {
+                PyObject *four[4] = {self->instance, self->grid, args, kwargs};
+                out = PyObject_Vectorcall(again, four, 4, NULL);
+            }
+            Py_XDECREF(args);
+            Py_XDECREF(kwargs);
+            return out;
+        }
+    }
+    PyObject *run = PyObject_GetAttr(self->instance, s_run), *names = NULL, *out = NULL;
+    if (run == NULL) return NULL;
+    if (nkw == 0) {
+        names = Py_NewRef(launch_names);
+    } else if ((names = PyTuple_New(2 + nkw)) != NULL) {
+        PyTuple_SET_ITEM(names, 0, Py_NewRef(s_grid));
+        PyTuple_SET_ITEM(names, 1, Py_NewRef(s_warmup));
+        for (Py_ssize_t k = 0; k < nkw; k++) PyTuple_SET_ITEM(names, 2 + k, Py_NewRef(PyTuple_GET_ITEM(kwnames, k)));
+    }
+    Py_ssize_t total = nargs + 2 + nkw;
+    PyObject *small[65], **stack = total < 65 ? small : PyMem_Malloc((total + 1) * sizeof(PyObject *));
+    if (names != NULL && stack != NULL) {
+        PyObject **at = stack + 1; /* a free slot before the arguments (PY_VECTORCALL_ARGUMENTS_OFFSET) */
+        for (Py_ssize_t i = 0; i < nargs; i++) at[i] = argv[i];
+        at[nargs] = self->grid, at[nargs + 1] = Py_False;
+        for (Py_ssize_t k = 0; k < nkw; k++) at[nargs + 2 + k] = argv[nargs + k];
+        out = PyObject_Vectorcall(run, at, nargs | PY_VECTORCALL_ARGUMENTS_OFFSET, names);
+    } else if (stack == NULL) {
+        PyErr_NoMemory();
+    }
+    if (stack != NULL && stack != small) PyMem_Free(stack);
+    Py_DECREF(run);
+    Py_XDECREF(names);
+    return out;
+}
+
+static int proxy_traverse(Proxy *self, visitproc visit, void *arg) {
+    Py_VISIT(self->instance); Py_VISIT(self->grid);
+    return 0;
+}
+
+static int proxy_clear(Proxy *self) {
+    Py_CLEAR(self->instance); Py_CLEAR(self->grid);
+    return 0;
+}
+
+static void proxy_dealloc(Proxy *self) {
+    PyObject_GC_UnTrack(self);
+    proxy_clear(self);
+    PyObject_GC_Del(self);
+}
+
+static PyTypeObject ProxyType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_tdp_hit.Launch",
+    .tp_basicsize = sizeof(Proxy),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "tuner[grid]: calling it calls tuner.run(grid=grid, warmup=False, *args, **kwargs)",
+    .tp_dealloc = (destructor)proxy_dealloc,
+    .tp_traverse = (traverseproc)proxy_traverse,
+    .tp_clear = (inquiry)proxy_clear,
+    .tp_vectorcall_offset = offsetof(Proxy, vectorcall),
+    .tp_call = PyVectorcall_Call,
+};
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+} Subscript;
+
+/* ``Subscript()(tuner, grid)``: the ``Launch`` for ``tuner[grid]``. */
+static PyObject *subscript_call(PyObject *op, PyObject *const *argv, size_t nargsf, PyObject *kwnames) {
+    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "__getitem__(self, grid) takes exactly one argument");
         return NULL;
     }
+    Proxy *p = PyObject_GC_New(Proxy, &ProxyType);
+    if (p == NULL) return NULL;
+    p->vectorcall = proxy_call;
+    p->instance = Py_NewRef(argv[0]), p->grid = Py_NewRef(argv[1]);
+    PyObject_GC_Track(p);
+    return (PyObject *)p;
+}
+
+/* Looked up on an instance (``tuner.__getitem__``), it binds as a function does. */
+static PyObject *subscript_get(PyObject *self, PyObject *obj, PyObject *type) {
+    if (obj == NULL || obj == Py_None) return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *subscript_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
+    if (PyTuple_GET_SIZE(a) || (kw != NULL && PyDict_GET_SIZE(kw))) {
+        PyErr_SetString(PyExc_TypeError, "Subscript() takes no arguments");
+        return NULL;
+    }
+    Subscript *self = (Subscript *)type->tp_alloc(type, 0);
+    if (self != NULL) self->vectorcall = subscript_call;
+    return (PyObject *)self;
+}
+
+static PyTypeObject SubscriptType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_tdp_hit.Subscript",
+    .tp_basicsize = sizeof(Subscript),
+    /* a method descriptor: ``tuner[grid]`` calls it with the tuner first, binding nothing */
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "Autotuner.__getitem__ in C: tuner[grid] is a Launch",
+    .tp_new = subscript_new,
+    .tp_vectorcall_offset = offsetof(Subscript, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_descr_get = subscript_get,
+};
+
+/* ``configure(tensor type, parameter type, hook chain type or None, again)``: what the guard and the
+ * hook check compare with, and ``again(tuner, grid, args, kwargs)``, the launch lambda in Python. */
+static PyObject *configure(PyObject *self, PyObject *const *argv, Py_ssize_t n) {
+    if (n != 4 || !PyType_Check(argv[0]) || !PyType_Check(argv[1]) || (argv[2] != Py_None && !PyType_Check(argv[2])) ||
+        !PyCallable_Check(argv[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure(tensor type, parameter type, hook chain type or None, the launch lambda's form)");
+        return NULL;
+    }
+    Py_XSETREF(again, Py_NewRef(argv[3]));
     Py_XDECREF(t_tensor);
     Py_XDECREF(t_param);
     Py_XDECREF(t_chain);
@@ -580,21 +739,24 @@ PyMODINIT_FUNC PyInit__tdp_hit(void) {
         {&s_grid, "grid"}, {&s_warmup, "warmup"}, {&s_cache, "cache"}, {&s_best_config, "best_config"},
         {&s_pre_hook, "pre_hook"}, {&s_dtype, "dtype"}, {&s_data_ptr, "data_ptr"}, {&s_calls, "calls"},
         {&s_c_state, "c_state"}, {&s_off, "off"}, {&s_plans, "plans"}, {&s_program, "program"},
-        {&s_entries, "entries"}, {&s_bound, "bound"}, {&s_pre_run_hooks, "pre_run_hooks"},
+        {&s_entries, "entries"}, {&s_pre_run_hooks, "pre_run_hooks"},
         {&s_used_global_vals, "used_global_vals"}, {&s_stage_hook, "add_stages_inspection_hook"},
         {&s_enter, "launch_enter_hook"}, {&s_leave, "launch_exit_hook"}, {&s_active, "active"},
         {&s_get_device, "get_current_device"}, {&s_get_stream, "get_current_stream"},
-        {&s_device_caches, "device_caches"}, {&s_debug, "debug"}};
+        {&s_device_caches, "device_caches"}, {&s_debug, "debug"}, {&s_run, "run"}};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;
     for (long d = 0; d < 3; d++)
         if ((dims[d] = PyLong_FromLong(d)) == NULL) return NULL;
     for (long c = 0; c < 4; c++) /* an integer's size classes, made once */
         if ((sizes[c] = PyLong_FromLong(c)) == NULL) return NULL;
-    if (PyType_Ready(&HitType) < 0) return NULL;
+    if ((launch_names = PyTuple_Pack(2, s_grid, s_warmup)) == NULL) return NULL;
+    if (PyType_Ready(&HitType) < 0 || PyType_Ready(&ProxyType) < 0 || PyType_Ready(&SubscriptType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&HitType);
     if (PyModule_AddObject(m, "Hit", (PyObject *)&HitType) < 0) return NULL;
+    Py_INCREF(&SubscriptType);
+    if (PyModule_AddObject(m, "Subscript", (PyObject *)&SubscriptType) < 0) return NULL;
     return m;
 }

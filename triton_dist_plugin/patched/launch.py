@@ -89,6 +89,10 @@ def _plain_run(instance: Any) -> bool:
     return False
 
 
+#: Called with the compiled module by each tuner's first compiled hit (``activation.subscript``).
+on_compiled: list = []
+
+
 def _fast_run(instance: Any, state: KernelState):
     """The cache-hit path, bound to one ``Autotuner`` as an instance attribute.
 
@@ -125,6 +129,8 @@ def _fast_run(instance: Any, state: KernelState):
     compiled = compiled_hit.module() if direct.usable(instance.fn) else None
     if compiled is None:
         return run
+    for hook in on_compiled:  # activation's: ``tuner[grid]`` in C too, from the first compiled hit on
+        hook(compiled)
     # The same path in C; it hands every launch it does not serve to ``run``.
     return compiled.Hit(instance, fast, shapes, tuple(state.key_pos), kernel_state.NO_DTYPE, run, min_args)
 

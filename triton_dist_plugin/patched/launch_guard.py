@@ -143,7 +143,8 @@ def build(fn: Any, meta: dict, args: tuple, backend: Any, kwargs: Optional[dict]
     if found is None:
         return None, "a tensor argument is not on the device"
     ordered = tuple(name for source, name in sources if source == "kw")
-    program = _program(sources, kinds, (len(args), len(kwargs)), device_attr or DEVICE_ATTR)
+    program = _program(sources, kinds, (len(args), len(kwargs)), device_attr or DEVICE_ATTR,
+                       tuple(p.name for p in fn.params))
     return Plan(len(args), ordered, kinds, namespace["guard"], namespace["bound"], program=program), ""
 
 
@@ -151,13 +152,14 @@ def build(fn: Any, meta: dict, args: tuple, backend: Any, kwargs: Optional[dict]
 _OPS = {"const": 0, "tensor": 1, "int": 2, "none": 3, "constexpr": 4, "bool": 5, "float": 6}
 
 
-def _program(sources: list, kinds: tuple, counts: tuple, device_attr: str) -> tuple:
-    """``(arity, device attribute, ops, keyword count)``: ``_source``'s guard as data, one ``(code,
-    argument index, keyword name or constant)`` per parameter in signature order (``counts``: how
-    many positional arguments and keywords a call of this shape has)."""
+def _program(sources: list, kinds: tuple, counts: tuple, device_attr: str, names: tuple) -> tuple:
+    """``(arity, device attribute, ops, keyword count, names)``: ``_source``'s guard and ``bound`` as
+    data, one ``(code, argument index, keyword name or constant)`` per parameter in signature order
+    (``counts``: how many positional arguments and keywords a call of this shape has; ``names``: the
+    parameters' names, the keys of ``bound``'s dict)."""
     given = iter(kinds)
     ops = tuple((_OPS["const" if source == "const" else next(given)], what) for source, what in sources)
-    return (counts[0], device_attr, ops, counts[1])
+    return (counts[0], device_attr, ops, counts[1], tuple(str(n) for n in names))
 
 
 def _tuple(items: list) -> str:
