@@ -216,6 +216,74 @@ def test_a_tuned_kernels_hit_launches_as_its_python_path(tmp_path, compiled, mon
     assert tuned in kernel_state.fast_instances
 
 
+def test_a_subclass_whose_run_calls_autotuners_launches_its_hits_as_upstream(tmp_path, monkeypatch):
+    """A tuner class with its own ``run`` that calls ``Autotuner.run`` (fla's ``CachedAutotuner``)
+    gets no fast closure; its hits take the config's direct launcher inside the wrapper, and launch,
+    return and set ``best_config`` as the same calls through ``JITFunction.run`` do (the launcher
+    off), across keyword calls, warmup, a cache edit and a config given a ``pre_hook``."""
+    import importlib.util
+
+    import triton
+    from triton.runtime.autotuner import Autotuner
+    from triton.runtime.jit import JITFunction
+
+    path = tmp_path / "sub_kernels.py"
+    path.write_text(SRC)
+    spec = importlib.util.spec_from_file_location("sub_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:  # imported under the interpreter's setting, as the rest of the session imports it
+        import triton.experimental.gluon  # noqa: F401
+    except ImportError:
+        pass
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    x = torch.zeros(64)
+    grid = lambda m: (m["n"] // m["BLOCK"],)  # noqa: E731
+
+    class Cached(Autotuner):
+        def run(self, *args, **kwargs):
+            self.seen = len(args)
+            return super().run(*args, **kwargs)
+
+    def launches(direct_launch: bool) -> tuple:
+        fn = JITFunction(module.scale)
+        _standin(fn, monkeypatch)
+        configs = [triton.Config({"BLOCK": b}, num_warps=4) for b in (16, 32)]
+        tuned = Cached(fn, fn.arg_names, configs, ["n"], None, None)
+        tuned.cache[(64, "torch.float32", "torch.float32")] = configs[1]
+        seen = []
+        with monkeypatch.context() as patch:
+            if not direct_launch:
+                patch.setattr(direct, "usable", lambda _: False)
+
+            def launch(*args, **named):
+                kernel = tuned[named.pop("grid", grid)](*args, **named)
+                seen.append((kernel.key, kernel.launches.pop() if kernel.launches else None, str(tuned.best_config)))
+
+            for _ in range(4):
+                launch(x, x, 64, 1.0), launch(x[1:], x, 64, 2.0), launch(x, out=x, n=64, alpha=1.0)
+                launch(x, x, 64, 1.0, grid=(2, 1))
+            tuned.run(x, x, 64, 1.0, grid=grid, warmup=True)
+            tuned.cache[(64, "torch.float32", "torch.float32")] = configs[0]
+            launch(x, x, 64, 1.0)
+            configs[0].pre_hook = _listening
+            launch(x, x, 64, 1.0)
+        assert "run" not in tuned.__dict__ and tuned.seen == 4
+        # the kernel's ``function`` (its object's id, launch position 4) is compared through its key;
+        # Triton's metadata and empty hook chains (6 to 8) are left out where nobody listens, as the
+        # launcher leaves them (``test_launch_guard._step``)
+        return [(key, None if got is None else tuple(v.data_ptr() if isinstance(v, torch.Tensor) else v
+                                                     for i, v in enumerate(got) if i not in (4, 6, 7, 8)), best)
+                for key, got, best in seen]
+
+    served = []
+    python_launch = direct.Launcher.__call__
+    monkeypatch.setattr(direct.Launcher, "__call__", lambda self, *a: served.append(1) or python_launch(self, *a))
+    with_launcher = launches(True)
+    assert len(served) >= 16
+    assert with_launcher == launches(False)
+
+
 def _listening(_) -> None:
     """A launch hook or ``pre_hook`` (one object for both runs, so their launches compare equal)."""
 

@@ -49,9 +49,17 @@ def misses_to(handler: Callable[..., Any]) -> Iterator[None]:
 def run_wrapper(wrapped, instance, args, kwargs):
     """``Autotuner.run``: upstream's behaviour, with the engine on a miss."""
     state = instance.__dict__.get("_tdp_state") or state_of(instance)
+    own_run = not _plain_run(instance)  # a subclass's ``run`` that calls this one: no fast closure for it
     if len(instance.configs) > 1 or state.generate or state.hints:
         key = state.key(args, kwargs)
         config = instance.cache.get(key)
+        if config is not None and own_run and config.pre_hook is None and "grid" in kwargs and \
+                "warmup" in kwargs and not kwargs["warmup"]:
+            # Its hits (fla's CachedAutotuner, say) take the config's direct launcher, as the closure's do.
+            launcher = state.hit(config, instance.fn, key)[2]
+            if launcher is not None:
+                instance.best_config = config
+                return launcher(args, kwargs)
         if config is None:
             # Nothing may be timed inside a capture, whoever owns the miss: raise, or launch a fixed
             # config untuned (the contextual tuner's session never sees it).
@@ -62,12 +70,12 @@ def run_wrapper(wrapped, instance, args, kwargs):
             if owner is not None:
                 return owner(instance, state, key, args, kwargs)
             config = tune(instance, state, key, args, kwargs)
-        raw = state.raw_key(args, kwargs) if config.pre_hook is None else None
+        raw = state.raw_key(args, kwargs) if config.pre_hook is None and not own_run else None
         if raw is not None:
             state.fast[raw] = state.hit(config, instance.fn, key)
     else:
         config = instance.configs[0]
-    if wrapped is not None and "run" not in instance.__dict__ and _plain_run(instance):
+    if wrapped is not None and "run" not in instance.__dict__ and not own_run:
         instance.__dict__["run"] = _fast_run(instance, state)
         kernel_state.fast_instances.add(instance)
     return _launch(instance, state, config, args, kwargs)
