@@ -263,6 +263,8 @@ def test_a_subclass_whose_run_calls_autotuners_launches_its_hits_as_upstream(tmp
             for _ in range(4):
                 launch(x, x, 64, 1.0), launch(x[1:], x, 64, 2.0), launch(x, out=x, n=64, alpha=1.0)
                 launch(x, x, 64, 1.0, grid=(2, 1))
+                # a compile option by keyword selects another binary, and the next call without it the first
+                launch(x, x, 64, 1.0, enable_fp_fusion=False), launch(x, x, 64, 1.0, debug=True)
             tuned.run(x, x, 64, 1.0, grid=grid, warmup=True)
             tuned.cache[(64, "torch.float32", "torch.float32")] = configs[0]
             launch(x, x, 64, 1.0)
@@ -459,14 +461,73 @@ def test_the_compiled_subscript_calls_run_as_kernelinterfaces_lambda_does(compil
         assert outcomes[0] == outcomes[1]
 
     check()
+    import copy
+    import inspect
+    import weakref
+
     tuner = Ours()
     launch = tuner[(3,)]
     assert type(launch).__name__ == "Launch" and gc.is_tracked(launch)
+    assert copy.copy(launch) is launch and copy.deepcopy(launch) is launch and weakref.ref(launch)() is launch
+    lam = Upstream()[(3,)]
+    assert (launch.__name__, launch.__qualname__) == (lam.__name__, lam.__qualname__)
+    assert str(inspect.signature(Ours.__getitem__)) == "(self, grid)"
+    assert (Ours.__getitem__.__name__, Ours.__getitem__.__qualname__) == ("__getitem__", "KernelInterface.__getitem__")
+    bound = [tuner.__getitem__(grid=(3,)), Ours.__getitem__(tuner, grid=(3,)), Ours.__getitem__(self=tuner, grid=(3,))]
+    for made in bound:
+        assert made() == tuner[(3,)]() == ((), [("grid", (3,)), ("warmup", False)])
+    for wrong in ({"grid": 1, "other": 2}, {"self": tuner}):
+        with pytest.raises(TypeError):
+            Ours.__getitem__(**wrong)
     tuner.run = lambda *a, **k: ("replaced", a, k)  # looked up at the call, as the lambda does
     assert launch(1, x=2) == ("replaced", (1,), {"grid": (3,), "warmup": False, "x": 2})
     assert tuner.__getitem__((4,))() == ("replaced", (), {"grid": (4,), "warmup": False})
     with pytest.raises(TypeError):
         compiled.Subscript()(tuner)
+
+
+def test_a_long_chain_of_launches_frees_without_exhausting_the_stack(compiled, tmp_path):
+    """Each ``Launch`` the next one's grid, a million deep: freed as CPython frees nested lambdas,
+    without a recursion per link (in a process of its own: the failure is a crash)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "chain.py"
+    script.write_text(
+        "import sys\nsys.path.insert(0, sys.argv[1])\nimport importlib.machinery, importlib.util\n"
+        "loader = importlib.machinery.ExtensionFileLoader('_tdp_hit', sys.argv[2])\n"
+        "spec = importlib.util.spec_from_file_location('_tdp_hit', sys.argv[2], loader=loader)\n"
+        "m = importlib.util.module_from_spec(spec); loader.exec_module(m)\n"
+        "sub, t, g = m.Subscript(), object(), None\n"
+        "for _ in range(1_000_000):\n    g = sub(t, g)\n"
+        "del g\nprint('freed')\n")
+    done = subprocess.run([sys.executable, str(script), str(tmp_path), compiled.__file__], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and "freed" in done.stdout, (done.returncode, done.stderr[-500:])
+
+
+def test_a_hit_while_activation_holds_its_lock_does_not_wait_for_it(tmp_path, compiled, monkeypatch):
+    """An entry-point plugin that launches a tuned kernel as it loads (inside ``activate``, which
+    holds its lock) gets its launch, and activation finishes; the subscript comes with a later hit."""
+    import threading
+
+    import triton_dist_plugin as tdp
+    from triton_dist_plugin import activation, bus
+
+    tuned, args = _wide_tuner(tmp_path, monkeypatch, compiled)
+    tdp.deactivate()
+    loads = bus.load_entry_points
+    monkeypatch.setattr(bus, "load_entry_points", lambda *a, **k: (tuned[(1,)](*args), loads(*a, **k))[1])
+    try:
+        worker = threading.Thread(target=tdp.activate, daemon=True)
+        worker.start()
+        worker.join(60)
+        assert not worker.is_alive(), "activation waited for itself"
+    finally:
+        monkeypatch.setattr(bus, "load_entry_points", loads)
+        if not tdp.is_active():
+            tdp.activate()
+    assert activation.is_active()
 
 
 def test_the_compiled_launch_gives_a_callable_grid_the_binders_dict(kernels, compiled, monkeypatch):

@@ -116,11 +116,17 @@ def subscript(compiled) -> None:
     a closure, a frame or a keyword dict per launch. Installed once the compiled module is loaded
     (the first compiled hit), while the plugin is active; removed with the rest."""
     cls = _compat.Autotuner
-    with _lock:
+    # Not waiting: a hit inside activation itself (an entry-point plugin launching a tuned kernel as
+    # it loads) holds the lock on this thread; the next tuner's first compiled hit installs it then.
+    if not _lock.acquire(blocking=False):
+        return
+    try:
         if _installed and "__getitem__" not in cls.__dict__:  # (a release's own, or ours already)
             ours = compiled.Subscript()
             cls.__getitem__ = ours
             _installed.append((cls, "__getitem__", _ABSENT, ours))
+    finally:
+        _lock.release()
 
 
 _ABSENT = object()  # an attribute the class did not have of its own before ours

@@ -581,7 +581,7 @@ static PyTypeObject HitType = {
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    PyObject *instance, *grid;
+    PyObject *instance, *grid, *weakrefs;
 } Proxy;
 
 static PyObject *launch_names, *s_run, *again; /* ("grid", "warmup"); "run"; the lambda's Python form */
@@ -597,7 +597,9 @@ static PyObject *proxy_call(PyObject *op, PyObject *const *argv, size_t nargsf, 
             for (Py_ssize_t i = 0; args != NULL && i < nargs; i++) PyTuple_SET_ITEM(args, i, Py_NewRef(argv[i]));
             for (Py_ssize_t k = 0; kwargs != NULL && k < nkw; k++)
                 if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, k), argv[nargs + k]) < 0) Py_CLEAR(kwargs);
-            if (args != NULL && kwargs != NULL) {
+            if (again == NULL) {
+                PyErr_SetString(PyExc_RuntimeError, "_tdp_hit is not configured");
+            } else if (args != NULL && kwargs != NULL) {
                 PyObject *four[4] = {self->instance, self->grid, args, kwargs};
                 out = PyObject_Vectorcall(again, four, 4, NULL);
             }
@@ -644,9 +646,33 @@ static int proxy_clear(Proxy *self) {
 
 static void proxy_dealloc(Proxy *self) {
     PyObject_GC_UnTrack(self);
+    Py_TRASHCAN_BEGIN(self, proxy_dealloc) /* a long chain of them (each the next one's grid) frees iteratively */
+    if (self->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject *)self);
     proxy_clear(self);
     PyObject_GC_Del(self);
+    Py_TRASHCAN_END
 }
+
+/* What a copy of the lambda is: the lambda itself (``copy`` treats functions as atomic). */
+static PyObject *proxy_copy(PyObject *self, PyObject *const *argv, Py_ssize_t n) {
+    (void)argv, (void)n;
+    return Py_NewRef(self);
+}
+
+static PyObject *proxy_name(PyObject *self, void *closure) {
+    (void)self;
+    return PyUnicode_FromString(closure != NULL ? "KernelInterface.__getitem__.<locals>.<lambda>" : "<lambda>");
+}
+
+static PyMethodDef proxy_methods[] = {
+    {"__copy__", (PyCFunction)(void (*)(void))proxy_copy, METH_FASTCALL, "the same object, as for a function"},
+    {"__deepcopy__", (PyCFunction)(void (*)(void))proxy_copy, METH_FASTCALL, "the same object, as for a function"},
+    {NULL, NULL, 0, NULL}};
+
+/* The lambda's names, for code that prints or logs them. */
+static PyGetSetDef proxy_getset[] = {{"__name__", proxy_name, NULL, "the lambda's name", NULL},
+                                     {"__qualname__", proxy_name, NULL, "the lambda's qualified name", (void *)1},
+                                     {NULL}};
 
 static PyTypeObject ProxyType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_tdp_hit.Launch",
@@ -658,6 +684,9 @@ static PyTypeObject ProxyType = {
     .tp_clear = (inquiry)proxy_clear,
     .tp_vectorcall_offset = offsetof(Proxy, vectorcall),
     .tp_call = PyVectorcall_Call,
+    .tp_weaklistoffset = offsetof(Proxy, weakrefs),
+    .tp_methods = proxy_methods,
+    .tp_getset = proxy_getset,
 };
 
 typedef struct {
@@ -665,19 +694,51 @@ typedef struct {
     vectorcallfunc vectorcall;
 } Subscript;
 
-/* ``Subscript()(tuner, grid)``: the ``Launch`` for ``tuner[grid]``. */
+static PyObject *s_self;
+
+/* ``Subscript()(tuner, grid)``, either by keyword as the function's parameters: the ``Launch`` for
+ * ``tuner[grid]``. */
 static PyObject *subscript_call(PyObject *op, PyObject *const *argv, size_t nargsf, PyObject *kwnames) {
-    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
-        PyErr_SetString(PyExc_TypeError, "__getitem__(self, grid) takes exactly one argument");
+    (void)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *given[2] = {nargs > 0 ? argv[0] : NULL, nargs > 1 ? argv[1] : NULL};
+    int bad = nargs > 2;
+    for (Py_ssize_t k = 0; k < nkw && !bad; k++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, k);
+        int slot = PyUnicode_Check(name) && PyUnicode_Compare(name, s_self) == 0 ? 0
+                   : PyUnicode_Check(name) && PyUnicode_Compare(name, s_grid) == 0 ? 1 : -1;
+        if (PyErr_Occurred()) return NULL;
+        if (slot < 0 || given[slot] != NULL) bad = 1;
+        else given[slot] = argv[nargs + k];
+    }
+    if (bad || given[0] == NULL || given[1] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "__getitem__() takes exactly the arguments self and grid");
         return NULL;
     }
     Proxy *p = PyObject_GC_New(Proxy, &ProxyType);
     if (p == NULL) return NULL;
     p->vectorcall = proxy_call;
-    p->instance = Py_NewRef(argv[0]), p->grid = Py_NewRef(argv[1]);
+    p->instance = Py_NewRef(given[0]), p->grid = Py_NewRef(given[1]), p->weakrefs = NULL;
     PyObject_GC_Track(p);
     return (PyObject *)p;
 }
+
+static PyObject *subscript_name(PyObject *self, void *closure) {
+    (void)self;
+    return PyUnicode_FromString(closure != NULL ? "KernelInterface.__getitem__" : "__getitem__");
+}
+
+static PyObject *subscript_signature(PyObject *self, void *closure) {
+    (void)self, (void)closure;
+    return PyUnicode_FromString("(self, grid)");
+}
+
+/* The function's names and signature, for ``inspect`` and ``help``. */
+static PyGetSetDef subscript_getset[] = {
+    {"__name__", subscript_name, NULL, "the function's name", NULL},
+    {"__qualname__", subscript_name, NULL, "the function's qualified name", (void *)1},
+    {"__text_signature__", subscript_signature, NULL, "its parameters, for inspect.signature", NULL},
+    {NULL}};
 
 /* Looked up on an instance (``tuner.__getitem__``), it binds as a function does. */
 static PyObject *subscript_get(PyObject *self, PyObject *obj, PyObject *type) {
@@ -705,6 +766,7 @@ static PyTypeObject SubscriptType = {
     .tp_vectorcall_offset = offsetof(Subscript, vectorcall),
     .tp_call = PyVectorcall_Call,
     .tp_descr_get = subscript_get,
+    .tp_getset = subscript_getset,
 };
 
 /* ``configure(tensor type, parameter type, hook chain type or None, again)``: what the guard and the
@@ -743,7 +805,7 @@ PyMODINIT_FUNC PyInit__tdp_hit(void) {
         {&s_used_global_vals, "used_global_vals"}, {&s_stage_hook, "add_stages_inspection_hook"},
         {&s_enter, "launch_enter_hook"}, {&s_leave, "launch_exit_hook"}, {&s_active, "active"},
         {&s_get_device, "get_current_device"}, {&s_get_stream, "get_current_stream"},
-        {&s_device_caches, "device_caches"}, {&s_debug, "debug"}, {&s_run, "run"}};
+        {&s_device_caches, "device_caches"}, {&s_debug, "debug"}, {&s_run, "run"}, {&s_self, "self"}};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;
     for (long d = 0; d < 3; d++)

@@ -54,8 +54,10 @@ def run_wrapper(wrapped, instance, args, kwargs):
         key = state.key(args, kwargs)
         config = instance.cache.get(key)
         if config is not None and own_run and config.pre_hook is None and "grid" in kwargs and \
-                "warmup" in kwargs and not kwargs["warmup"]:
-            # Its hits (fla's CachedAutotuner, say) take the config's direct launcher, as the closure's do.
+                "warmup" in kwargs and not kwargs["warmup"] and _kernel_keywords(state, kwargs):
+            # Its hits (fla's CachedAutotuner, say) take the config's direct launcher, as the closure's
+            # do, and only where the closure's would: no keyword but kernel arguments, grid and warmup
+            # (a compile option by keyword, ``enable_fp_fusion=False`` say, selects another binary).
             launcher = state.hit(config, instance.fn, key)[2]
             if launcher is not None:
                 instance.best_config = config
@@ -79,6 +81,11 @@ def run_wrapper(wrapped, instance, args, kwargs):
         instance.__dict__["run"] = _fast_run(instance, state)
         kernel_state.fast_instances.add(instance)
     return _launch(instance, state, config, args, kwargs)
+
+
+def _kernel_keywords(state: KernelState, kwargs: dict) -> bool:
+    """Whether every keyword of a launch is a kernel argument, ``grid`` or ``warmup``."""
+    return all(k in state.arg_set or k == "grid" or k == "warmup" for k in kwargs)
 
 
 def _launch(instance: Any, state: KernelState, config: Any, args: tuple, kwargs: dict):
