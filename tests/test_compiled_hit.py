@@ -140,11 +140,28 @@ def scale(x, out, n, alpha, BLOCK: tl.constexpr):
 '''
 
 
+def _kernel_module(tmp_path, name: str, source: str, monkeypatch):
+    """``source`` imported as the module ``name`` from a file (Triton reads a kernel's source from
+    its file), then ``TRITON_INTERPRET=0``: what the direct launcher needs to serve the launches."""
+    import importlib.util
+
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:  # imported under the interpreter's setting, as the rest of the session imports it (its import checks)
+        import triton.experimental.gluon  # noqa: F401
+    except ImportError:
+        pass
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    return module
+
+
 def test_a_tuned_kernels_hit_launches_as_its_python_path(tmp_path, compiled, monkeypatch):
     """An ``Autotuner``'s compiled ``run`` and the Python closure it hands other calls to, over the
     same calls: every launch, return value and ``best_config`` alike, across cache edits, a config
     gaining a ``pre_hook``, keyword calls, warmup, knob and hook changes."""
-    import importlib.util
 
     import triton
     from triton import knobs
@@ -152,16 +169,7 @@ def test_a_tuned_kernels_hit_launches_as_its_python_path(tmp_path, compiled, mon
 
     from triton_dist_plugin.patched import kernel_state
 
-    path = tmp_path / "hit_kernels.py"
-    path.write_text(SRC)
-    spec = importlib.util.spec_from_file_location("hit_kernels", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    try:  # imported under the interpreter's setting, as the rest of the session imports it (its import checks)
-        import triton.experimental.gluon  # noqa: F401
-    except ImportError:
-        pass
-    monkeypatch.setenv("TRITON_INTERPRET", "0")  # what the direct launcher needs to serve these launches
+    module = _kernel_module(tmp_path, "hit_kernels", SRC, monkeypatch)
     monkeypatch.setattr(compiled_hit, "_module", [compiled])
     x, h = torch.zeros(64), torch.zeros(64, dtype=torch.float16)
     grid = lambda m: (m["n"] // m["BLOCK"],)  # noqa: E731
@@ -221,22 +229,12 @@ def test_a_subclass_whose_run_calls_autotuners_launches_its_hits_as_upstream(tmp
     gets no fast closure; its hits take the config's direct launcher inside the wrapper, and launch,
     return and set ``best_config`` as the same calls through ``JITFunction.run`` do (the launcher
     off), across keyword calls, warmup, a cache edit and a config given a ``pre_hook``."""
-    import importlib.util
 
     import triton
     from triton.runtime.autotuner import Autotuner
     from triton.runtime.jit import JITFunction
 
-    path = tmp_path / "sub_kernels.py"
-    path.write_text(SRC)
-    spec = importlib.util.spec_from_file_location("sub_kernels", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    try:  # imported under the interpreter's setting, as the rest of the session imports it
-        import triton.experimental.gluon  # noqa: F401
-    except ImportError:
-        pass
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    module = _kernel_module(tmp_path, "sub_kernels", SRC, monkeypatch)
     x = torch.zeros(64)
     grid = lambda m: (m["n"] // m["BLOCK"],)  # noqa: E731
 
@@ -336,22 +334,14 @@ WIDE = 20  # parameters: a tuple of the launch's values this long escapes CPytho
 
 def _wide_tuner(tmp_path, monkeypatch, compiled, warm: int = 5):
     """A tuned stand-in kernel of ``WIDE`` parameters, its key tuned, its ``Hit`` launched ``warm`` times."""
-    import importlib.util
 
     import triton
     from triton.runtime.jit import JITFunction
 
     names = ", ".join(f"a{i}" for i in range(WIDE - 2))
-    path = tmp_path / "wide_kernel.py"
-    path.write_text(f"import triton.language as tl\n\ndef wide({names}, n, BLOCK: tl.constexpr):\n    pass\n")
-    spec = importlib.util.spec_from_file_location("wide_kernel", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    try:  # imported under the interpreter's setting, as the rest of the session imports it
-        import triton.experimental.gluon  # noqa: F401
-    except ImportError:
-        pass
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    module = _kernel_module(tmp_path, "wide_kernel",
+                            f"import triton.language as tl\n\ndef wide({names}, n, BLOCK: tl.constexpr):\n    pass\n",
+                            monkeypatch)
     monkeypatch.setattr(compiled_hit, "_module", [compiled])
     fn = JITFunction(module.wide)
     _standin(fn, monkeypatch)
