@@ -88,6 +88,14 @@ static PyObject *kw_dict(const Keywords *kw) {
     return d;
 }
 
+/* An op's argument (borrowed): ``source`` a keyword's name or a positional index. NULL without an
+ * error where the call has no such argument, with one where ``source`` is no index. */
+static PyObject *argument(PyObject *source, PyObject *args, const Keywords *kw) {
+    if (PyUnicode_Check(source)) return kw_get(kw, source);
+    Py_ssize_t at = PyLong_AsSsize_t(source);
+    return at >= 0 && at < PyTuple_GET_SIZE(args) ? PyTuple_GET_ITEM(args, at) : NULL;
+}
+
 /* Most parameters a compiled guard reads (a kernel with more keeps the Python guard). */
 #define MOST_OPS 256
 
@@ -123,15 +131,8 @@ static int guard(PyObject *program, PyObject *args, const Keywords *kw, PyObject
             given[i] = PyTuple_GET_ITEM(op, 1);
             continue;
         }
-        PyObject *source = PyTuple_GET_ITEM(op, 1), *a;
-        if (PyUnicode_Check(source)) { /* a keyword: missing, the call is of another shape */
-            if ((a = kw_get(kw, source)) == NULL) return 0;
-        } else {
-            Py_ssize_t at = PyLong_AsSsize_t(source);
-            if (at == -1 && PyErr_Occurred()) return -1;
-            if (at < 0 || at >= arity) return 0;
-            a = PyTuple_GET_ITEM(args, at);
-        }
+        PyObject *a = argument(PyTuple_GET_ITEM(op, 1), args, kw);
+        if (a == NULL) return PyErr_Occurred() ? -1 : 0; /* missing: the call is of another shape */
         given[i] = a;
         PyTypeObject *t = Py_TYPE(a);
         int ok = code == OP_TENSOR ? (t == (PyTypeObject *)t_tensor || t == (PyTypeObject *)t_param)
@@ -204,15 +205,8 @@ static PyObject *bound_of(PyObject *program, PyObject *args, const Keywords *kw)
     for (Py_ssize_t i = 0; d != NULL && i < PyTuple_GET_SIZE(ops); i++) {
         PyObject *op = PyTuple_GET_ITEM(ops, i), *source = PyTuple_GET_ITEM(op, 1), *v;
         long code = PyLong_AsLong(PyTuple_GET_ITEM(op, 0));
-        if (code == OP_CONST) {
-            v = source;
-        } else if (PyUnicode_Check(source)) {
-            if ((v = kw_get(kw, source)) == NULL) PyErr_SetObject(PyExc_KeyError, source);
-        } else {
-            Py_ssize_t at = PyLong_AsSsize_t(source);
-            v = at >= 0 && at < PyTuple_GET_SIZE(args) ? PyTuple_GET_ITEM(args, at) : NULL;
-            if (v == NULL && !PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "argument position");
-        }
+        v = code == OP_CONST ? source : argument(source, args, kw);
+        if (v == NULL && !PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, source); /* the guard admitted it */
         if (v == NULL || PyDict_SetItem(d, PyTuple_GET_ITEM(names, i), v) < 0) Py_CLEAR(d);
     }
     return d;
