@@ -3,6 +3,7 @@ plugin, and what do the picks that differ cost?
 
     python benchmarks/bench_steady_gpu.py [--procs 4] [--kernels matmul,add,...] [--rounds 7]   (about 7 min)
     python benchmarks/bench_steady_gpu.py --tiny --procs 2 --kernels add,rowsum   # CPU smoke test
+    python benchmarks/bench_steady_gpu.py --modes plugin --procs 6 --kernels add   # the plugin alone, traced
 
 Nine kernels of ``_suite``, two shapes each (``STEADY``: matmul 4096^3 and 512x4096x4096, add 2^20 and
 2^26, softmax, layernorm, rowsum, transpose, and three libraries' own kernels and configs: fla's l2norm,
@@ -15,11 +16,13 @@ process has an empty pick cache of its own and shares one Triton cache, warmed f
 compiling is not what is compared: one plugin process compiles and screens every candidate of every
 key (its picks are not counted), then one upstream process launches every config once (loading what
 is cached, compiling anything missing). Each process reports every key's pick (a plugin process, with
-the tuning's notes: what it screened, how the pick was settled).
+the tuning's notes, every candidate's screening and its settling: the finalists' full measurement and
+every settling round, by position in the given order). ``--modes plugin`` runs the plugin's processes
+alone (no upstream warming either).
 
 Then one judge process (no plugin) first times every config of each key once (10 calls each, in one
-profiler session) and keeps the three fastest: the exhaustive best is among them. It then times those
-and every distinct pick by CUPTI kernel time (``torch.profiler``, the kernel's name matched; an L2
+profiler session) and keeps the three fastest: the exhaustive best is among them. It then times those,
+every settling's finalists and every distinct pick by CUPTI kernel time (``torch.profiler``, the kernel's name matched; an L2
 flush before each call, as both tuners time), round-robin over ``--rounds`` rounds, the median. Per
 key and mode: how many distinct picks, the flip rate (the share of process pairs whose picks differ),
 the worst pick's time over the best (the fastest of all those judged, %), the mean of that over the
@@ -113,6 +116,45 @@ def _screen_everything() -> None:
     tdp.register(ScreenAll(), name="steady-warm")
 
 
+def _trace_settling(traces: list) -> None:
+    """Record each tuning's settling in ``traces``: the finalists' full measurements, every settling
+    round's times and the pick, as positions in the tuning's given order (``trace``)."""
+    from triton_dist_plugin import settle
+
+    inner = settle.settle
+
+    def traced(valid, order, measure, policy):
+        where = {id(c): i for i, c in enumerate(order)}
+        rounds: list = []
+
+        def timed(subset):
+            found = measure(subset)
+            rounds.append({where[id(c)]: found[c][0] for c in subset if c in found})
+            return found
+
+        pick, decision = inner(valid, order, timed, policy)
+        traces.append({"full": {where[id(c)]: t[0] for c, t in valid.items()}, "rounds": rounds,
+                       "pick": where[id(pick)], "decision": decision})
+        return pick, decision
+
+    settle.settle = traced
+
+
+def _trace_screening(screens: list) -> None:
+    """Record each tuning's times of every candidate it timed (``{position: ms}``, a screening
+    round's for those not measured fully), as the tuning record holds them."""
+    import math
+
+    import triton_dist_plugin as tdp
+
+    class Screens:
+        @tdp.hookimpl
+        def tdp_on_tuned(self, record):
+            screens.append({i: t[0] for i, t in enumerate(record.timings.values()) if math.isfinite(t[0])})
+
+    tdp.register(Screens())
+
+
 def child_tune() -> dict:
     """Tune every case named in ``TDP_STEADY_CASES`` in turn: each key's pick and first-call seconds."""
     import _suite
@@ -121,6 +163,11 @@ def child_tune() -> dict:
     if plugin and os.environ.get(WARM_ENV) == "1":
         _screen_everything()
     notes = collect_notes() if plugin else []  # why each pick was made: which were screened, the settling
+    traces: list = []
+    screens: list = []
+    if plugin:
+        _trace_settling(traces)
+        _trace_screening(screens)
     started = time.perf_counter()
     picks, errors = {}, {}
     for name in os.environ[CASES_ENV].split(","):  # each by the name asked for (in tiny mode too)
@@ -134,8 +181,9 @@ def child_tune() -> dict:
             seconds = time.perf_counter() - t0
             index = built.pick()
             picks[name] = {"index": index, "pick": str(built.tuner.best_config), "tune_s": seconds,
-                           **({"notes": notes[:]} if notes else {})}
-            notes.clear()
+                           **({"notes": notes[:]} if notes else {}), **({"settling": traces[:]} if traces else {}),
+                           **({"screened": screens[-1]} if screens else {})}
+            notes.clear(), traces.clear(), screens.clear()
         except Exception as exc:
             errors[name] = _first_line(exc)
         finally:
@@ -382,11 +430,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7, help="the judge's rounds (default 7; at least 5)")
     parser.add_argument("--budget", type=float, default=BUDGET_S, help=f"seconds for the whole run ({BUDGET_S})")
     parser.add_argument("--tiny", action="store_true", help="CPU smoke test: TRITON_INTERPRET=1, tiny cases")
+    parser.add_argument("--modes", default="upstream,plugin", help="upstream, plugin or both (default both)")
     parser.add_argument("--out", default=None, help="write the results here instead of results/" + RESULTS)
     args = parser.parse_args()
     import _suite
 
     kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
+    modes = tuple(m for m in ("upstream", "plugin") if m in args.modes.split(","))
+    if not modes:
+        raise SystemExit("--modes: upstream, plugin or both")
     unknown = [k for k in kernels if k not in STEADY]
     if unknown:
         raise SystemExit(f"unknown kernel(s) {unknown}; kernels are {', '.join(STEADY)}")
@@ -408,15 +460,16 @@ def main() -> None:
                                         limit())
         print(f"warm (plugin, every candidate compiled): {results['warm']['plugin']['wall_s']:.0f}s "
               f"{results['warm']['plugin'].get('error') or ''}", flush=True)
-        results["warm"]["upstream"] = run("load", env_for(False, work, shared, args.tiny, cases_env), limit())
-        warm_u = results["warm"]["upstream"]
-        print(f"warm (upstream, every config launched): {warm_u['wall_s']:.0f}s, "
-              f"{len(warm_u.get('compiled_here', []))} compiled there {warm_u.get('error') or ''}", flush=True)
+        if "upstream" in modes:
+            results["warm"]["upstream"] = run("load", env_for(False, work, shared, args.tiny, cases_env), limit())
+            warm_u = results["warm"]["upstream"]
+            print(f"warm (upstream, every config launched): {warm_u['wall_s']:.0f}s, "
+                  f"{len(warm_u.get('compiled_here', []))} compiled there {warm_u.get('error') or ''}", flush=True)
         for i in range(args.procs):
-            for mode in ("upstream", "plugin"):
+            for mode in modes:
                 seen = [r["wall_s"] for r in results["runs"][mode]]
                 need = max(seen) if seen else GUESS_S[mode]
-                if mode == "upstream":  # start a pair only when both of it fit
+                if mode == "upstream" and "plugin" in modes:  # start a pair only when both of it fit
                     other = [r["wall_s"] for r in results["runs"]["plugin"]]
                     need += max(other) if other else GUESS_S["plugin"]
                 if need > limit():
@@ -433,6 +486,8 @@ def main() -> None:
                 for name, p in r.get("picks", {}).items():
                     if p.get("index") is not None:
                         wanted.setdefault(name, set()).add(p["index"])
+                    for trace in p.get("settling", []):  # the judge's view of every settling's finalists
+                        wanted.setdefault(name, set()).update(int(i) for i in trace["full"])
         judge_env = env_for(False, work, shared, args.tiny, {
             JUDGE_ENV: json.dumps({n: sorted(v) for n, v in wanted.items()}), ROUNDS_ENV: str(max(5, args.rounds))})
         results["judge"] = run("judge", judge_env, max(60.0, args.budget + 10 - elapsed())) if wanted else \
