@@ -78,7 +78,11 @@ NOT_MEASURED: dict[str, dict[str, str]] = {
         "at 1, 9 and 5 ms": "another worked example",
         "at 8, 2 and 6 ms": "the same",
     },
+    "docs/plugins.md": {"(5 ms) of runs each": "how long a settling round runs (policy)"},
     "docs/search.md": {
+        "(about 5 ms of runs each, 25 to 100 runs: a short kernel's runs scatter by a percent or two, which a "
+        "median of 25 leaves at a few tenths of a percent": "a settling round's length (policy); the scatter is "
+        "the measured one the next section cites",
         "about 25 ms of calls each": "how long the full measurement runs (policy)",
         "(and over 10 s)": "the straggler setting's floor",
         "(within 15% of the best, at most a tenth)": "screening's cut (policy)",

@@ -71,7 +71,11 @@ class Policy:
     settle_rounds_least: int = 3  # ...or this many, once no more could change the pick
     unknown_noise: float = 0.02  # the noise assumed of a timer that gives no spread
     settle_warmup: int = 3  # each settling round runs each finalist this many times untimed, then
-    #   ``second_repeat`` timed; under the wall clock (the interpreter), ``wall_settle`` (warm-up, timed)
+    #   about ``settle_ms`` of it timed (``second_repeat`` to ``settle_runs_most`` runs: a short kernel's
+    #   runs scatter by a percent or two, which a round's median of 25 does not average away); under the
+    #   wall clock (the interpreter), ``wall_settle`` (warm-up, timed)
+    settle_ms: float = 5.0
+    settle_runs_most: int = 100
     wall_settle: tuple = (1, 3)
 
     # -- Streaming (``compiling/stream.py``): screening each candidate as it compiles.
@@ -109,7 +113,7 @@ class Policy:
                     raise ValueError(f"Policy.{name}={values!r}: expected finite numbers >= 0")
         for name in ("screen_repeat", "second_repeat", "keep_at_least", "final_count", "final_most", "settle_rounds",
                      "settle_rounds_least", "full_rounds", "batch", "leaders", "guided_leaders", "keep_min",
-                     "patience", "full_runs_least", "second_rounds", "profiled_runs_most"):
+                     "patience", "full_runs_least", "second_rounds", "profiled_runs_most", "settle_runs_most"):
             if getattr(self, name) < 1 or not isinstance(getattr(self, name), int):
                 raise ValueError(f"Policy.{name}={getattr(self, name)!r}: expected a whole number >= 1")
         if self.settle_rounds_least > self.settle_rounds or self.final_count > self.final_most or \
@@ -121,15 +125,16 @@ PRESETS = {
     "quick": Policy(
         name="quick", screen_repeat=3, margin=0.10, keep_at_least=2, fraction=0.05, second_repeat=12,
         final_most=3, tied_most=6, full_ms=10.0, warm_ms=10.0, full_rounds=2, settle_rounds=3,
-        settle_rounds_least=2, hopeless=1.2, sample=48, leaders=2, warm_first=4, patience=2, optuna_cap=4 * 32,
-        keep=0.15, keep_min=4, keep_max=16, probes=3,
+        settle_rounds_least=2, settle_ms=2.0, settle_runs_most=50, hopeless=1.2, sample=48, leaders=2,
+        warm_first=4, patience=2, optuna_cap=4 * 32, keep=0.15, keep_min=4, keep_max=16, probes=3,
     ),
     "default": Policy(),
     "full": Policy(
         name="full", screen_repeat=8, margin=0.30, keep_at_least=5, fraction=0.2, second_repeat=50,
         final_count=3, final_most=6, tied_most=16, full_ms=100.0, warm_ms=50.0, full_rounds=6, settle_rounds=10,
-        settle_rounds_least=5, hopeless=1.6, whole=256, sample=192, leaders=6, warm_first=16, patience=5,
-        optuna_cap=16 * 32, keep=0.5, keep_min=12, keep_max=128, guided_leaders=3, climb_band=3.0, probes=8,
+        settle_rounds_least=5, settle_ms=20.0, settle_runs_most=200, hopeless=1.6, whole=256, sample=192,
+        leaders=6, warm_first=16, patience=5, optuna_cap=16 * 32, keep=0.5, keep_min=12, keep_max=128,
+        guided_leaders=3, climb_band=3.0, probes=8,
     ),
 }
 

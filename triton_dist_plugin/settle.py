@@ -34,6 +34,14 @@ def spread(timing: list) -> float:
     return (p80 - p20) / p50 if p50 and math.isfinite(p50) and p80 >= p20 else 0.0
 
 
+def round_runs(policy: Policy, ms: float) -> int:
+    """How many timed runs each finalist gets in a settling round, its time being ``ms``: about
+    ``settle_ms`` of it, ``second_repeat`` at least and ``settle_runs_most`` at most."""
+    if not (ms > 0 and math.isfinite(ms)):
+        return policy.second_repeat
+    return max(policy.second_repeat, min(policy.settle_runs_most, round(policy.settle_ms / ms)))
+
+
 def settle(valid: dict, order: list, measure: Callable[[list], dict], policy: Policy) -> tuple[Any, dict]:
     """The pick among ``valid`` (``{config: [p50, p20, p80]}``, the finalists that ran) and its
     ``decision``. ``order``: every candidate in the given order; ``measure(configs)`` times

@@ -6,8 +6,9 @@ turn their own candidates into ``make_call(config)`` closures; the engine times 
 timings through ``tdp_reduce_timings`` and picks the fastest valid one. What a failure is and
 what upstream would have raised for it live in ``failures``; how much is measured, in ``policy``.
 
-``loop`` holds ``run_candidates`` (the phases), ``screen`` what a screening round keeps,
-``rounds`` how candidates are timed and reduced, ``outcome`` the result and the record.
+``loop`` holds ``run_candidates`` (the phases), ``steps`` one step of a search, ``screen`` what a
+screening round keeps, ``rounds`` how candidates are timed and reduced, ``outcome`` the result and
+the record.
 """
 
 from ..failures import NOT_SEARCHED

@@ -22,8 +22,9 @@ from ..reporting import pick_reason
 from ..search import model
 from ..search.space import Space
 from .outcome import Outcome, timer_of
-from .rounds import answering, finalists_of, per_round, profiled_from_here, round_, rounds, scores_of, time_candidate
+from .rounds import answering, finalists_of, per_round, profiled_from_here, round_, rounds, scores_of
 from .screen import Screen
+from .steps import Steps
 
 
 def run_candidates(
@@ -157,7 +158,7 @@ class _Run:
         """Screen what the search asks for, then narrow its survivors: the finalists."""
         request, configs, policy = self.request, self.configs, self.policy
         screen.order = {id(c): i for i, c in enumerate(configs)}
-        step = _Steps(self, screen, Space(configs, features), anchor)
+        step = Steps(self, screen, Space(configs, features), anchor)
         request.found.ranking = bus.first_result("tdp_rank_candidates", scores_of(configs), request=request,
                                                  candidates=configs) if model.enabled() else None
         if not self.alone:  # ranks of other machines (or settings) might rank apart: every rank takes rank 0's
@@ -232,7 +233,7 @@ class _Run:
         if not settled or len(valid) == 1:  # a kernel's own do_bench decides as upstream
             return min(valid, key=valid.get), None
         counts = self.policy.wall_settle if self.method == "wall" else \
-            (self.policy.settle_warmup, self.policy.second_repeat)
+            (self.policy.settle_warmup, settle.round_runs(self.policy, min(t[0] for t in valid.values())))
         def measure(subset: list) -> dict:  # settling's rounds: their failures show as infinity alone
             return round_(self.request, subset, self.calls, self.method, None, *counts, self.group, None)[0]
 
@@ -261,51 +262,3 @@ def _said(parts: list, request: TuningRequest, before: dict) -> str:
     timer = timer_of(answering(request.found, before))
     parts = parts + ([f"asked of {timer}"] if timer else [])
     return f" ({'; '.join(parts)})" if parts else ""
-
-
-class _Steps:
-    """What the search calls as ``evaluate(subset)``: ready a step (screening each candidate as it
-    compiles, where the stream may), hold the anchor, and screen the rest of it in one round."""
-
-    def __init__(self, run: _Run, screen: Screen, space: Space, anchor: Optional[Callable[[], Any]]):
-        self.run, self.screen, self.space, self.anchor = run, screen, space, anchor
-        self.screened: dict = {}
-        self.anchored = False
-        self.early = self.hopeless = 0
-
-    def time_early(self, config: Any) -> list:  # a candidate just compiled, screened by the stream
-        run, policy = self.run, self.run.policy
-        run.set_up(config)
-        timing, reason = time_candidate(run.request, config, run.calls, run.method, None, policy.screen_warmup,
-                                        policy.screen_repeat, run.on_candidate)
-        if reason is not None:
-            run.failures[config] = reason
-        return timing
-
-    def __call__(self, subset: list) -> dict:
-        run = self.run
-        done = {id(s) for s in self.screened}
-        subset = [c for c in dict.fromkeys(subset) if id(c) not in done]
-        stream = Stream(subset, run.configs, self.space, self.screened, self.time_early, skip=run.alone,
-                        policy=run.policy)
-        left = run.ready_up(subset, stream)
-        # Judged again once the whole step is in: one skipped on early evidence that now has a
-        # promising neighbour is compiled after all.
-        while again := [c for c in left if stream.wanted(c)]:
-            chosen = {id(c) for c in again}
-            left = [c for c in left if id(c) not in chosen] + run.ready_up(again, stream)
-        skipped = {id(c) for c in left}
-        subset = [c for c in subset if id(c) not in skipped]
-        if self.anchor is not None and not self.anchored:
-            self.anchored = True  # asked once, on every rank alike (a collective under a group)
-            pinned = self.anchor()
-            held = any(c is pinned for c in run.configs) and id(pinned) not in done
-            if held and all(c is not pinned for c in subset):
-                run.ready_up([pinned])
-                subset.append(pinned)
-        first = run.round(subset, run.policy.screen_warmup, run.policy.screen_repeat, timed=stream.timings)
-        self.early += len(stream.timings)
-        self.hopeless += len(skipped)
-        self.screened.update(first)
-        run.timings.update(first)
-        return first
