@@ -22,9 +22,9 @@ alone (no upstream warming either).
 
 Then one judge process (no plugin) first times every config of each key once (10 calls each, in one
 profiler session) and keeps the three fastest: the exhaustive best is among them. It then times those,
-every settling's finalists and every distinct pick by CUPTI kernel time (``torch.profiler``, the kernel's name matched; an L2
-flush before each call, as both tuners time), round-robin over ``--rounds`` rounds, the median. Per
-key and mode: how many distinct picks, the flip rate (the share of process pairs whose picks differ),
+every settling's finalists and every distinct pick by CUPTI kernel time (``torch.profiler``, the kernel's
+name matched; an L2 flush before each call, as both tuners time), round-robin over ``--rounds`` rounds,
+the median. Per key and mode: how many distinct picks, the flip rate (the share of process pairs whose picks differ),
 the worst pick's time over the best (the fastest of all those judged, %), the mean of that over the
 processes (the regret), and the mean seconds of the key's tuning; then their means over the keys, and
 the worst pick of all.

@@ -4,21 +4,23 @@ every exhaustive CUPTI truth measured on a GPU, under a noise model fitted to th
 
     python benchmarks/replay_picks.py [--trials 40] [--variants default,before] [--out picks_replay_cpu.json]
 
-Nothing is timed here, and the noise is a model: this shows how the rules trade flips for regret under it,
-not what a GPU does. Truths: the judge's pass over every config of each suite run (``steady14_h100.json``,
+Nothing is timed here, and the noise is a model: this shows how the rules trade flips for regret under it, not
+what a GPU does. Truths: the judge's pass over every config of each suite run (``steady14_h100.json``,
 ``steady14_h100_s51.json``, ``steady14_h200_s52.json``, ``steady_diag_s53.json``) and every case of
 ``model_truth_h200.json``. A process sees each config at its true time times ``1 + e``, ``e`` drawn once per
 process and config from ``N(0, sys)`` (what differs between processes: where the inputs sit). A screening,
 taken as the candidate compiles, comes out 8% slow one time in 20 (the device idling at a low clock between
 compiles; ``slow_screenings`` counts it in ``steady_diag_s53.json``); each round shifts each config by
-``N(0, 0.1%)`` (the clock drifting between rounds); each run adds ``N(0, run)`` and is read in CUPTI's 32 ns
-steps. ``run`` 0.5% and 1.5%, ``sys`` 0 and 0.3% span what the settling rounds of ``steady_diag_s53.json``
-showed on an H100: a round of 25 runs off by 0.07-0.6%, processes differing by little more than those rounds
-explain. Every candidate is screened (the search's own choice of candidates is ``replay_flips.py``'s
-subject). Per variant (``VARIANTS``: ``before`` is the release before the settling rounds ran about 5 ms and
-a screening taken as it compiled was taken again) and noise: the flip rate (the share of pairs of 4 processes
-whose picks differ), the mean and worst regret against the truth, and the mean settling rounds. Results:
-``results/picks_replay_cpu.json``; a table last.
+``N(0, 0.1%)`` (the clock drifting between rounds); each run adds ``N(0, run)`` and is read in CUPTI's 32 ns steps.
+Rounds are merged as the package merges them (each quantile the median over the rounds); the second round and
+the full measurement run the package's counts (the full one as the profiler runs a short kernel: about
+``full_ms``, at most ``profiled_runs_most``). ``run`` 0.5% and 1.5%, ``sys`` 0 and 0.3% span what the settling
+rounds of ``steady_diag_s53.json`` showed on an H100: a round of 25 runs off by 0.07-0.6%, processes differing
+by little more than those rounds explain. Every candidate is screened (the search's own choice of candidates
+is ``replay_flips.py``'s subject). Per variant (``VARIANTS``: ``before`` is the release before the settling
+rounds ran about 5 ms and a screening taken as it compiled was taken again) and noise: the flip rate (the
+share of pairs of 4 processes whose picks differ), the mean and worst regret against the truth, and the mean
+settling rounds. Results: ``results/picks_replay_cpu.json``; a table last.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ sys.path[:0] = [HERE, os.path.dirname(HERE)]
 from _common import save_results  # noqa: E402
 
 from triton_dist_plugin import settle  # noqa: E402
+from triton_dist_plugin.engine.rounds import per_round  # noqa: E402
 from triton_dist_plugin.engine.screen import Screen  # noqa: E402
 from triton_dist_plugin.policy import Policy  # noqa: E402
 
@@ -109,10 +112,10 @@ class Process:
         return out
 
     def rounds(self, configs: list, runs: int, count: int) -> dict:
-        """``count`` rounds of ``runs`` runs each, merged: each config's median and spread over all."""
+        """``count`` rounds of ``runs`` runs each, merged as ``engine.rounds.rounds`` merges them: each
+        quantile the median over the rounds."""
         per = [self.round(configs, runs) for _ in range(count)]
-        return {c: [statistics.median(r[c][0] for r in per), min(r[c][1] for r in per), max(r[c][2] for r in per)]
-                for c in configs}
+        return {c: [statistics.median(r[c][q] for r in per) for q in range(3)] for c in configs}
 
 
 def pick(truth: dict, order: list, policy: Policy, proc: Process, again: bool) -> tuple:
@@ -123,10 +126,16 @@ def pick(truth: dict, order: list, policy: Policy, proc: Process, again: bool) -
         again = proc.round(order, policy.screen_repeat)
         early = {c: min(early[c], again[c]) for c in order}
     finalists = screen.survivors(early)
+    timed = dict(early)
     if len(finalists) > policy.final_count:
-        second = proc.rounds(finalists, max(1, policy.second_repeat // policy.second_rounds), policy.second_rounds)
+        second = proc.rounds(finalists, per_round(policy.second_repeat, policy.second_rounds), policy.second_rounds)
+        timed.update(second)
         finalists = screen.narrow(second) or finalists
-    full = proc.rounds(finalists, 50, policy.full_rounds)
+    # The full measurement as a short kernel's runs by the profiler: about full_ms each, at most
+    # profiled_runs_most, in full_rounds interleaved rounds (``engine.loop._Run.measure``).
+    _, runs = screen.full_runs(timed, finalists)
+    runs = min(runs or policy.profiled_runs_most, policy.profiled_runs_most)
+    full = proc.rounds(finalists, per_round(runs, policy.full_rounds), policy.full_rounds)
     runs = settle.round_runs(policy, min(t[0] for t in full.values()))
     best, decision = settle.settle(full, order, lambda cs: proc.round(cs, runs), policy)
     return best, (decision or {}).get("rounds", 0)

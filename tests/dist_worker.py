@@ -388,7 +388,19 @@ def scenario_stream(rank, world, group):
     from triton_dist_plugin import engine
     from triton_dist_plugin.search import strategy as search
 
-    tdp.register(Bowl())
+    class Counted(Bowl):
+        def __init__(self):
+            super().__init__()
+            self.screenings = {}
+
+        @tdp.hookimpl(tryfirst=True)
+        def tdp_time_candidate(self, request):
+            if request.n_repeat == engine.Screen().policy.screen_repeat:
+                self.screenings[str(request.config)] = self.screenings.get(str(request.config), 0) + 1
+            return super().tdp_time_candidate(request)
+
+    timer = Counted()
+    tdp.register(timer)
     marks = Path(tempfile.mkdtemp())
     x = torch.randn(300)
     y = torch.zeros_like(x)
@@ -398,13 +410,16 @@ def scenario_stream(rank, world, group):
                                                                         num_warps=config.num_warps)
 
     request = tdp.TuningRequest("copy", (300,), "cpu")
-    outcome = engine.run_candidates(request, SPACE, make_call, method="wall", screen=engine.Screen(), group=group,
+    # A device's method: alone, a candidate screened as it compiled would be screened again once its step
+    # is in; under a group each rank screens what arrives when it arrives, so none is.
+    outcome = engine.run_candidates(request, SPACE, make_call, method="event", screen=engine.Screen(), group=group,
                                     prepare=forked_prepare(marks))
     note = next(n for n in request.notes if n.startswith("screened"))
     left = int(note.split("; ")[1].split()[0]) if "left uncompiled" in note else 0
     features = {k: v for k, v in search.features_of(outcome.best).items() if k in BEST}
     return {"pick": str(outcome.best), "pick_features": features, "compiled": len(list(marks.iterdir())),
-            "screened": len(outcome.timings), "left": left, "correct": bool(torch.equal(x, y)) and features == BEST}
+            "screened": len(outcome.timings), "left": left, "correct": bool(torch.equal(x, y)) and features == BEST,
+            "most_screenings": max(timer.screenings.values())}
 
 
 def scenario_search(rank, world, group):

@@ -93,6 +93,8 @@ NOT_MEASURED: dict[str, dict[str, str]] = {
         "(2% at most)": "the tie's ceiling",
         "about 10 ms each in the full measurement": "the quick effort's rounds",
         "about 100 ms each": "the full effort's rounds",
+        "3 settling rounds of about 2 ms each": "the quick effort's settling rounds",
+        "10 settling rounds of about 20 ms each": "the full effort's settling rounds",
     },
     "docs/tiling.md": {
         "(227 KB on an H200; 48 KB if torch reports none) | 64 KB | 192 KB unified buffer":

@@ -16,7 +16,8 @@ from triton_dist_plugin.search import strategy as search
 
 #: Fields where a larger value means more measuring (the efforts must be ordered on each).
 MORE_IS_MORE = ("screen_repeat", "margin", "keep_at_least", "fraction", "second_repeat", "final_most",
-                "tied_most", "full_ms", "warm_ms", "full_rounds", "settle_rounds", "settle_rounds_least",
+                "tied_most", "full_ms", "warm_ms", "full_rounds", "settle_rounds", "settle_rounds_least", "settle_ms",
+                "settle_runs_most",
                 "hopeless", "whole", "sample", "leaders", "warm_first", "patience", "optuna_cap", "keep",
                 "keep_min", "keep_max", "probes")
 
@@ -37,10 +38,19 @@ def test_the_presets_are_named_for_their_keys_and_ordered_by_effort():
     {"screen_repeat": 0}, {"settle_rounds": 0}, {"batch": 0}, {"margin": -0.1}, {"tie": math.nan},
     {"full_ms": math.inf}, {"keep_min": True}, {"second_repeat": 2.5}, {"wall_settle": (1, -3)},
     {"settle_rounds_least": 7}, {"final_count": 5}, {"keep_min": 100}, {"full_runs_least": 2000},
+    {"settle_runs_most": 10},
 ])
 def test_a_policy_that_would_stall_or_skip_a_phase_is_refused(change):
     with pytest.raises(ValueError, match="Policy"):
         dataclasses.replace(policy.PRESETS["default"], **change)
+
+
+@pytest.mark.parametrize("ms, runs", [(0.0, 25), (-1.0, 25), (math.nan, 25), (math.inf, 25), (5e-324, 100),
+                                      (1e-12, 100), (0.01, 100), (0.1, 50), (0.2, 25), (100.0, 25)])
+def test_a_settling_round_runs_about_settle_ms_within_its_bounds_whatever_the_time(ms, runs):
+    from triton_dist_plugin import settle
+
+    assert settle.round_runs(policy.PRESETS["default"], ms) == runs
 
 
 def test_the_effort_setting_chooses_the_preset_and_names_what_it_accepts(monkeypatch):

@@ -215,7 +215,7 @@ def test_with_settling_to_follow_a_warm_up_then_a_full_measurement_of_about_full
     # The second round: 25 runs as 2 rounds of 13, forwards and then backwards.
     second = [a[0] for a in asked if a[1:] == (1, 13)]
     assert len(second) >= 6 and second == second[: len(second) // 2] + second[: len(second) // 2][::-1], asked
-    full = [a for a in asked if a[0] in outcome.measured and a[1:] not in ((1, 5), (1, 13), (3, 25))]
+    full = [a for a in asked if a[0] in outcome.measured and a[1] not in (1, DEFAULT.settle_warmup)]
     runs = round(25.0 / 0.19)  # 132: 4 interleaved rounds of 33, the first after the whole warm-up
     assert len(outcome.measured) == 2
     assert [a[1:] for a in full] == [(runs // 4, runs // 4)] * 2 + [(runs // 16, runs // 4)] * 6, asked
@@ -255,7 +255,7 @@ class Drifting(Counted):
     @hookimpl(tryfirst=True)
     def tdp_time_candidate(self, request):
         base = super().tdp_time_candidate(request)
-        if not request.n_repeat or request.n_repeat <= 25:
+        if not request.n_repeat or request.n_repeat <= 25 or request.n_warmup == DEFAULT.settle_warmup:
             return base
         runs = request.n_warmup + request.n_repeat
         self.runs += runs
@@ -279,8 +279,8 @@ def test_a_finalist_that_fails_in_a_round_is_not_run_again_and_is_never_picked(p
         @hookimpl(tryfirst=True)
         def tdp_time_candidate(self, request):
             value = super().tdp_time_candidate(request)
-            full = [a for a in self.asked if a[0] is CANDIDATES[3] and a[2] not in (5, 13, 25)]
-            if request.config is CANDIDATES[3] and request.n_repeat not in (5, 13, 25) and \
+            full = [a for a in self.asked if a[0] is CANDIDATES[3] and a[1] not in (1, DEFAULT.settle_warmup)]
+            if request.config is CANDIDATES[3] and request.n_warmup not in (1, DEFAULT.settle_warmup) and \
                     len(full) == failing_round + 1:
                 raise RuntimeError("lost the device")
             return value
@@ -290,7 +290,8 @@ def test_a_finalist_that_fails_in_a_round_is_not_run_again_and_is_never_picked(p
     outcome, _ = run_on_a_device(plugins, timing)
     assert outcome.best is CANDIDATES[1] and "lost the device" in outcome.failures[CANDIDATES[3]]
     assert outcome.timings[CANDIDATES[3]][0] == float("inf")
-    assert sum(a[0] is CANDIDATES[3] and a[2] not in (5, 13, 25) for a in timing.asked) == failing_round + 1
+    assert sum(a[0] is CANDIDATES[3] and a[1] not in (1, DEFAULT.settle_warmup) for a in timing.asked) == \
+        failing_round + 1
 
 
 @pytest.mark.parametrize("method", ["cudagraph", "profiler"])
@@ -299,7 +300,7 @@ def test_timers_that_cost_much_per_round_measure_in_one_round(plugins, method):
     request = TuningRequest("copy", (300,), "cuda")
     outcome, asked = run_on_a_device(plugins, [2.0, 0.19, 2.0, 0.2, 2.0, 2.0], request=request, method=method)
     measured = {id(c) for c in outcome.measured}
-    before_settling = [a for a in asked if a[1:] != (3, 25)]
+    before_settling = [a for a in asked if a[1] != DEFAULT.settle_warmup]
     assert len(measured) == 2
     assert sum(id(a[0]) in measured and a[2] not in (5, 25) for a in before_settling) == 2, asked
     assert not any(a[2] == 13 for a in asked) and not any("interleaved rounds" in n for n in request.notes[:-1])

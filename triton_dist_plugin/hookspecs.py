@@ -138,8 +138,8 @@ def tdp_search(request, candidates, evaluate, space, screen):
 def tdp_time_candidate(request):
     """Called to time one candidate in one round of a tuning: so a candidate is timed several times,
     each time as that round asks (``request.n_repeat``): a short screening round
-    (``Policy.screen_repeat`` runs, 5 by default; twice on a device for those screened as they
-    compiled), for the best few a longer second round
+    (``Policy.screen_repeat`` runs, 5 by default; twice on a device, tuning alone, for those
+    screened as they compiled), for the best few a longer second round
     (``second_repeat``, 25), the full measurement of the finalists (``n_repeat`` None: the method's
     default, or the count the steady measurement chose), and, for finalists too close to call, up
     to ``settle_rounds`` more (``docs/plugins.md`` has the counts). With the ``event`` method the

@@ -117,7 +117,8 @@ class Policy:
             if getattr(self, name) < 1 or not isinstance(getattr(self, name), int):
                 raise ValueError(f"Policy.{name}={getattr(self, name)!r}: expected a whole number >= 1")
         if self.settle_rounds_least > self.settle_rounds or self.final_count > self.final_most or \
-                self.keep_min > self.keep_max or self.full_runs_least > self.full_runs_most:
+                self.keep_min > self.keep_max or self.full_runs_least > self.full_runs_most or \
+                self.second_repeat > self.settle_runs_most:
             raise ValueError(f"Policy {self.name!r}: a least above its most")
 
 

@@ -37,9 +37,10 @@ def spread(timing: list) -> float:
 def round_runs(policy: Policy, ms: float) -> int:
     """How many timed runs each finalist gets in a settling round, its time being ``ms``: about
     ``settle_ms`` of it, ``second_repeat`` at least and ``settle_runs_most`` at most."""
-    if not (ms > 0 and math.isfinite(ms)):
+    if not (ms > 0 and math.isfinite(ms)) or policy.settle_ms <= policy.second_repeat * ms:
         return policy.second_repeat
-    return max(policy.second_repeat, min(policy.settle_runs_most, round(policy.settle_ms / ms)))
+    runs = policy.settle_ms / ms
+    return policy.settle_runs_most if runs >= policy.settle_runs_most else max(policy.second_repeat, round(runs))
 
 
 def settle(valid: dict, order: list, measure: Callable[[list], dict], policy: Policy) -> tuple[Any, dict]:

@@ -32,15 +32,18 @@ class Steps:
         return timing
 
     def again(self, first: dict, early: dict) -> dict:
-        """Those screened as they compiled ran while the device idled between compiles, at a low clock:
-        on an H100 about one such screening in twenty came out 8% to 60% slow, enough to drop the
-        best from the survivors in one process and not in the next. Each is screened once more now
-        that the step is in, and keeps the faster of its two (a low clock only ever slows a run)."""
+        """Those screened as they compiled ran while the device idled between compiles, at a low
+        clock: on an H100 about one such screening in thirty came out over 8% slow (up to 60%),
+        enough to drop the best from the survivors in one process and not in the next. Each is
+        screened once more now that the step is in, and keeps the faster of its two (a low clock
+        only ever slows a run); one that raises now has failed, as in any round."""
         run = self.run
         redo = [c for c in early if c in first and math.isfinite(first[c][0])]
-        second, _ = round_(run.request, redo, run.calls, run.method, None, run.policy.screen_warmup,
-                           run.policy.screen_repeat, run.group, None)
-        return {c: second[c] if c in second and second[c][0] < t[0] else t for c, t in first.items()}
+        second, failed = round_(run.request, redo, run.calls, run.method, None, run.policy.screen_warmup,
+                                run.policy.screen_repeat, run.group, None)
+        run.failures.update(failed)
+        return {c: second[c] if c in failed or (c in second and second[c][0] < t[0]) else t
+                for c, t in first.items()}
 
     def __call__(self, subset: list) -> dict:
         run = self.run
