@@ -392,3 +392,12 @@ def test_short_kernel_timing_and_the_contextual_step():
           [min(cupti), max(cupti), 1e3 * short["plugin"]["plugin_profiler_ms"], min(events), max(events)])
     context = load("contextual_h200.json")
     check("README.md", rf"and the step {N}% slower with the in-context picks", [-context["context_speedup_pct"]])
+
+
+def test_the_same_pick_in_every_process():
+    summary = load("steady14_h200_s53.json")["summary"]
+    plugin, upstream = summary["plugin"], summary["upstream"]
+    assert summary["plugin"]["cases"] == 14  # "over 14 kernels and shapes"
+    check("docs/index.md", rf"the plugin's flip rate was {N} against upstream's {N}, its\s+picks {N}% from the best "
+                           rf"on average and {N}% at worst",
+          [plugin["flip_rate"], upstream["flip_rate"], plugin["mean_pct"], plugin["worst_of_all_pct"]])
