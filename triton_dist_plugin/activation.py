@@ -137,13 +137,13 @@ def _restore() -> None:
     kernel_state.active = False
     while _installed:
         owner, name, original, ours = _installed.pop()
-        if owner.__dict__.get(name) is ours and original is _ABSENT:
-            delattr(owner, name)
-        elif owner.__dict__.get(name) is ours:
-            setattr(owner, name, original)
-        else:
+        if owner.__dict__.get(name) is not ours:
             where = getattr(owner, "__name__", owner)
             warnings.warn(f"{where}.{name} was re-patched by someone else; leaving it in place", stacklevel=3)
+        elif original is _ABSENT:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, original)
 
 
 def _subclasses(cls: type) -> list:
