@@ -5,12 +5,18 @@ with these; nothing here decides when."""
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import warnings
 from typing import Callable
 
 #: The profiler's untimed and timed calls per candidate where the caller asks for none.
 DEFAULT_RUNS = (5, 30)
+#: Kineto's own switch: "1" finalizes CUPTI as a session stops; unset, CUPTI stays subscribed after it,
+#: and every later launch of the process pays its callbacks. A value set by the user (or by torch, which
+#: sets "0" where CUDA graphs would not survive CUPTI's re-initialisation) is theirs to keep.
+TEARDOWN_ENV = "TEARDOWN_CUPTI"
+_subscribed = False  # a session of ours stopped and left CUPTI subscribed
 
 
 class MethodUnavailable(RuntimeError):
@@ -63,6 +69,7 @@ def _cuda_session():
     one cycle loses none), which would otherwise reach the user's output."""
     from torch.profiler import ProfilerActivity, profile
 
+    global _subscribed
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Profiler clears events")
         prof = profile(activities=[ProfilerActivity.CUDA])
@@ -70,10 +77,52 @@ def _cuda_session():
             prof.start()
         except Exception as exc:  # another session (another thread's), no CUPTI: not the candidate's fault
             raise MethodUnavailable(f"the profiler did not start ({type(exc).__name__}: {exc})") from None
+        _subscribed = True
         try:
             yield prof
         finally:
             prof.stop()
+
+
+def release() -> None:
+    """Finalize CUPTI where this process's sessions left it subscribed (``TEARDOWN_ENV``), once a
+    tuning's sessions are over: an empty session stopped with the switch on, then a CUDA runtime call,
+    in whose callback kineto finishes the teardown. Not where the user (or torch) set the switch, nor
+    while a session of the user's is running, nor on CUDA before 12.6, whose CUDA graphs do not survive
+    CUPTI's re-initialisation. A later session initialises CUPTI again."""
+    global _subscribed
+    if not _subscribed:
+        return
+    _subscribed = False
+    if TEARDOWN_ENV in os.environ or not _reinit_safe() or profiler_busy():
+        return
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    os.environ[TEARDOWN_ENV] = "1"
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Profiler clears events")
+            prof = profile(activities=[ProfilerActivity.CUDA])
+            prof.start()
+            prof.stop()
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001  (CUPTI merely stays subscribed: slower launches, never a failure)
+        pass
+    finally:
+        os.environ.pop(TEARDOWN_ENV, None)
+
+
+def _reinit_safe() -> bool:
+    """Whether CUPTI may be finalized and initialised again in this process: CUDA 12.6 or later, as
+    torch's profiler requires before it tears CUPTI down beside CUDA graphs."""
+    import torch
+
+    try:
+        major, minor = (int(p) for p in (torch.version.cuda or "").split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (12, 6)
 
 
 def kernel_times(prof, name: str) -> list[float]:
