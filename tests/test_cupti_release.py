@@ -1,6 +1,8 @@
-"""Once a whole tuning is over, CUPTI is finalized where the plugin's profiler sessions left it
-subscribed (``kernel_time.release``, from ``job.run``): kineto keeps CUPTI's callbacks on every
-later launch of the process unless ``TEARDOWN_CUPTI=1`` is set as a session stops.
+"""With ``TRITON_DIST_AUTOTUNE_CUPTI_TEARDOWN=1``, once a whole tuning is over, CUPTI is finalized
+where the plugin's profiler sessions left it subscribed (``kernel_time.release``, from ``job.run``):
+kineto keeps CUPTI's callbacks on every later launch of the process unless ``TEARDOWN_CUPTI=1`` is
+set as a session stops. The next session of the plugin's starts with the switch on, so that kineto
+initialises CUPTI again the way it supports beside CUDA graphs.
 
 No GPU (and so no CUPTI) is here: ``torch.profiler.profile`` is stood in for by a session that
 records what ``TEARDOWN_CUPTI`` said as it stopped, ``torch.version.cuda`` names a CUDA release, and
@@ -21,7 +23,8 @@ class Sessions:
     """Stands in for ``torch.profiler.profile`` (no CUPTI here): each session's ``TEARDOWN_CUPTI``
     as it stopped, and the synchronisations that followed."""
 
-    def __init__(self, monkeypatch, cuda="12.8", fail=False):
+    def __init__(self, monkeypatch, cuda="12.8", fail=False, on=True):
+        self.starts: list = []
         self.stops: list = []
         self.syncs = 0
         self.fail = fail
@@ -32,6 +35,7 @@ class Sessions:
                 pass
 
             def start(self):
+                sessions.starts.append(os.environ.get(kernel_time.TEARDOWN_ENV))
                 if sessions.fail:
                     raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
 
@@ -43,6 +47,11 @@ class Sessions:
         monkeypatch.setattr(torch.cuda, "synchronize", self.sync)
         monkeypatch.setattr(kernel_time, "profiler_busy", lambda: False)
         monkeypatch.delenv(kernel_time.TEARDOWN_ENV, raising=False)
+        monkeypatch.setattr(kernel_time, "_finalized", False)
+        if on:
+            monkeypatch.setenv(kernel_time.RELEASE_ENV, "1")
+        else:
+            monkeypatch.delenv(kernel_time.RELEASE_ENV, raising=False)
 
     def sync(self, device=None):
         self.syncs += 1
@@ -61,6 +70,27 @@ def test_release_tears_cupti_down_once_and_puts_the_switch_back(monkeypatch):
     assert kernel_time.TEARDOWN_ENV not in os.environ
     kernel_time.release()  # nothing left subscribed since: nothing to do
     assert sessions.stops == ["1"]
+
+
+def test_off_by_default(monkeypatch):
+    sessions = Sessions(monkeypatch, on=False)
+    _left_subscribed(monkeypatch)
+    kernel_time.release()
+    assert sessions.stops == [] and sessions.starts == []
+
+
+def test_the_next_session_after_a_teardown_starts_with_the_switch_on_and_only_that_one(monkeypatch):
+    sessions = Sessions(monkeypatch)
+    with kernel_time._cuda_session():  # before any teardown: the switch stays off
+        pass
+    kernel_time.release()
+    for _ in range(2):
+        with kernel_time._cuda_session():
+            pass
+    # the first session, the teardown's own, the one after it (lazy re-init), the next one
+    assert sessions.starts == [None, "1", "1", None]
+    assert sessions.stops == [None, "1", None, None]
+    assert kernel_time.TEARDOWN_ENV not in os.environ
 
 
 def test_release_does_nothing_where_no_session_of_ours_ran(monkeypatch):
@@ -109,7 +139,8 @@ def test_a_teardown_that_fails_is_never_the_tunings_failure(monkeypatch):
     sessions = Sessions(monkeypatch, fail=True)
     _left_subscribed(monkeypatch)
     kernel_time.release()  # does not raise
-    assert kernel_time.TEARDOWN_ENV not in os.environ and not kernel_time._subscribed
+    assert sessions.starts == ["1"] and kernel_time.TEARDOWN_ENV not in os.environ
+    assert not kernel_time._subscribed and not kernel_time._finalized
 
 
 @pytest.fixture
