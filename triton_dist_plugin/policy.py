@@ -96,7 +96,7 @@ class Policy:
     # -- The cost model's first step (``search/guided.py``).
     keep: float = 0.25  # the first step compiles at most this share of a space...
     keep_min: int = 6  # ...but at least this many...
-    keep_max: int = 12  # ...and at most this many of a large one (with the probes, one round of compiles on
+    keep_max: int = 16  # ...and at most this many of a large one (with the probes, about one round of compiles on
     #   16 cores; the climb adds the neighbours of its best)
     band: float = 0.5  # ...and fewer where only some are predicted within 1.5x of the best
     rho_min: float = 0.3  # rank correlation of predicted and screened times below which the model is ignored
@@ -127,7 +127,7 @@ PRESETS = {
         name="quick", screen_repeat=3, margin=0.10, keep_at_least=2, fraction=0.05, second_repeat=12,
         final_most=3, tied_most=6, full_ms=10.0, warm_ms=10.0, full_rounds=2, settle_rounds=3,
         settle_rounds_least=2, settle_ms=2.0, settle_runs_most=50, hopeless=1.2, sample=48, leaders=2,
-        warm_first=4, patience=2, optuna_cap=4 * 32, keep=0.15, keep_min=4, keep_max=8, probes=3,
+        warm_first=4, patience=2, optuna_cap=4 * 32, keep=0.15, keep_min=4, keep_max=12, probes=3,
     ),
     "default": Policy(),
     "full": Policy(
