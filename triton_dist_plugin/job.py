@@ -17,9 +17,7 @@ added here holds for all of them:
 5. a hit applied, timing nothing; else, in frozen mode, the miss answered without timing
    (``frozen``); else the candidates tuned, the pick applied and kept on disk by the group's
    writer;
-6. the record handed to every ``tdp_on_tuned`` observer, for a hit as for a tuning;
-7. once a whole tuning is over, CUPTI finalized where its profiler sessions left it subscribed
-   (``kernel_time.release``): the process's later launches pay nothing for the tuning's timing.
+6. the record handed to every ``tdp_on_tuned`` observer, for a hit as for a tuning.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from . import distributed, frozen, kernel_time, settings
+from . import distributed, frozen, settings
 from .engine import Outcome
 from .hook_objects import TuningRequest
 
@@ -55,7 +53,6 @@ class Job:
     group: Any = None
     request: TuningRequest
     checks: dict  # the settings that decide which collectives a tuning makes
-    whole: bool = True  # a whole tuning (not one candidate of a loop that times each alone)
 
     def read(self) -> Optional[Found]:
         """The stored pick for this key, or None."""
@@ -108,11 +105,7 @@ def run(job: Job) -> Any:
         return best
     if frozen.mode():
         return job.frozen_miss()
-    try:
-        outcome = job.tune()
-    finally:
-        if job.whole:
-            kernel_time.release()
+    outcome = job.tune()
     best = job.keep(outcome)
     if distributed.writes_cache(job.group):
         job.persist(outcome)

@@ -5,22 +5,12 @@ with these; nothing here decides when."""
 from __future__ import annotations
 
 import contextlib
-import os
 import statistics
 import warnings
 from typing import Callable
 
-from . import settings
-
 #: The profiler's untimed and timed calls per candidate where the caller asks for none.
 DEFAULT_RUNS = (5, 30)
-#: Kineto's own switch: "1" finalizes CUPTI as a session stops; unset, CUPTI stays subscribed after it,
-#: and every later launch of the process pays its callbacks. A value set by the user (or by torch, which
-#: sets "0" where CUDA graphs would not survive CUPTI's re-initialisation) is theirs to keep.
-TEARDOWN_ENV = "TEARDOWN_CUPTI"
-RELEASE_ENV = "TRITON_DIST_AUTOTUNE_CUPTI_TEARDOWN"
-_subscribed = False  # a session of ours stopped and left CUPTI subscribed
-_finalized = False  # release() finalized CUPTI: the next session of ours initialises it lazily
 
 
 class MethodUnavailable(RuntimeError):
@@ -73,74 +63,17 @@ def _cuda_session():
     one cycle loses none), which would otherwise reach the user's output."""
     from torch.profiler import ProfilerActivity, profile
 
-    global _subscribed, _finalized
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Profiler clears events")
         prof = profile(activities=[ProfilerActivity.CUDA])
         try:
-            # After a teardown, kineto re-creates its callbacks (the path it supports beside CUDA graphs)
-            # only where the switch is on as a session starts.
-            with _switch(_finalized):
-                prof.start()
+            prof.start()
         except Exception as exc:  # another session (another thread's), no CUPTI: not the candidate's fault
             raise MethodUnavailable(f"the profiler did not start ({type(exc).__name__}: {exc})") from None
-        _subscribed, _finalized = True, False
         try:
             yield prof
         finally:
             prof.stop()
-
-
-def release() -> None:
-    """With ``RELEASE_ENV`` on, finalize CUPTI where this process's sessions left it subscribed, once a
-    tuning's sessions are over: an empty session stopped with kineto's switch (``TEARDOWN_ENV``) on, then
-    a CUDA runtime call, in whose callback kineto finishes the teardown. Not where the user (or torch)
-    set the switch, nor while a session of the user's is running, nor on CUDA before 12.6, whose CUDA
-    graphs do not survive CUPTI's re-initialisation. The next session initialises CUPTI again."""
-    global _subscribed, _finalized
-    if not _subscribed or not settings.value(RELEASE_ENV):
-        return
-    _subscribed = False
-    if TEARDOWN_ENV in os.environ or not _reinit_safe() or profiler_busy():
-        return
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    try:
-        with warnings.catch_warnings(), _switch(True):
-            warnings.filterwarnings("ignore", message="Profiler clears events")
-            prof = profile(activities=[ProfilerActivity.CUDA])
-            prof.start()
-            prof.stop()
-            torch.cuda.synchronize()
-        _finalized = True
-    except Exception:  # noqa: BLE001  (CUPTI merely stays subscribed: slower launches, never a failure)
-        pass
-
-
-@contextlib.contextmanager
-def _switch(on: bool):
-    """Kineto's switch on for the block where ``on`` and nobody else set it; then unset again."""
-    mine = on and TEARDOWN_ENV not in os.environ
-    if mine:
-        os.environ[TEARDOWN_ENV] = "1"
-    try:
-        yield
-    finally:
-        if mine:
-            os.environ.pop(TEARDOWN_ENV, None)
-
-
-def _reinit_safe() -> bool:
-    """Whether CUPTI may be finalized and initialised again in this process: CUDA 12.6 or later, as
-    torch's profiler requires before it tears CUPTI down beside CUDA graphs."""
-    import torch
-
-    try:
-        major, minor = (int(p) for p in (torch.version.cuda or "").split(".")[:2])
-    except ValueError:
-        return False
-    return (major, minor) >= (12, 6)
 
 
 def kernel_times(prof, name: str) -> list[float]:

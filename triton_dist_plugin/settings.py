@@ -142,10 +142,6 @@ SETTINGS: tuple[Setting, ...] = (
             "short kernel's rounds after the screening by the profiler); see timing.md",
             _choice("", *METHODS, aliases={"wallclock": "wall", "cuda_graph": "cudagraph"}),
             ", ".join(METHODS)),
-    Setting("TRITON_DIST_AUTOTUNE_CUPTI_TEARDOWN", "0/1", "`0`",
-            "`1`: once a tuning that timed by the profiler is over, CUPTI is finalized, so that the process's later "
-            "launches do not pay its callbacks (see timing.md); `0`: CUPTI stays subscribed, as torch leaves it",
-            _bit(False), "0 or 1"),
     Setting("TRITON_DIST_AUTOTUNE_SEARCH", "choice", "`halving`",
             "which candidates are compiled and screened (see search.md): `halving` screens a space whole up to "
             "`TRITON_DIST_AUTOTUNE_SEARCH_WHOLE` candidates, else a sample and then the neighbours of the best, "
@@ -260,8 +256,6 @@ SETTINGS: tuple[Setting, ...] = (
             owner="Triton"),
     Setting("TRITON_ALWAYS_COMPILE", "flag", "off", "turns the forked compile stage off (nothing would be reused)",
             owner="Triton"),
-    Setting("TEARDOWN_CUPTI", "text", "unset", "kineto's switch; where set, the plugin leaves CUPTI to it",
-            owner="torch"),
     Setting("RANK", "count", "`0`", "this process's rank, for contextual tuning's reports", owner="torch.distributed"),
     Setting("HOME", "path", "the user's home", "where the default cache directories live", owner="the system"),
     Setting("CC", "path", "`cc`, `gcc` or `clang` on `PATH`",

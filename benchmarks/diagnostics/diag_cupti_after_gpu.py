@@ -1,15 +1,15 @@
-"""Does a finished profiler session leave every later launch slower, and what does the package's
-teardown (``kernel_time.release``) cost and cure? On one GPU, in one fresh process.
+"""Does a finished profiler session leave every later launch slower, and does kineto's own teardown
+(``TEARDOWN_CUPTI=1``) cure it, at what cost per session? On one GPU, two fresh processes.
 
     python benchmarks/diagnostics/diag_cupti_after_gpu.py [--out cupti_after_h200.json]
 
-Kineto finalizes CUPTI when a session stops only where ``TEARDOWN_CUPTI=1`` is set; otherwise CUPTI
-stays subscribed for the life of the process. The plugin times short kernels with the profiler, so
-its tunings would leave that behind. Rows (host us per direct launch of a one-block kernel, median of
-9 rounds of 2,000 launches): before any session; after two of the package's sessions (200 launches
-each); after ``release()`` (``TRITON_DIST_AUTOTUNE_CUPTI_TEARDOWN=1``); after two more sessions (the first
-re-initialises CUPTI) and a second release. With the seconds each took, and how many of its 200
-launches each session recorded (the profiler must still see every kernel after a teardown).
+Kineto keeps CUPTI subscribed after a session stops unless ``TEARDOWN_CUPTI=1`` is set; the plugin
+times short kernels with the profiler. Each process (``as torch leaves it``: the switch unset;
+``TEARDOWN_CUPTI=1``: set for the whole process, as a user would set it) times host us per direct
+launch of a one-block kernel (median of 9 rounds of 2,000 launches) before any session, after two of
+the package's own sessions (``kernel_time._cuda_session``, 200 launches each), and after two more;
+with the seconds each session took and how many of its 200 launches it recorded (a session after a
+teardown must still see every kernel).
 """
 
 from __future__ import annotations
@@ -22,17 +22,20 @@ import sys
 import time
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1])]
+HERE = Path(__file__).resolve()
+sys.path[:0] = [str(HERE.parents[2]), str(HERE.parents[1])]
+
+from _procs import run_fresh, serve  # noqa: E402
+
+MODES = {"as torch leaves it": None, "TEARDOWN_CUPTI=1": {"TEARDOWN_CUPTI": "1"}}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="cupti_after_h200.json")
-    options = parser.parse_args()
-    os.environ.pop("TEARDOWN_CUPTI", None)
+def child_one() -> dict:
     import torch
     import triton
     import triton.language as tl
+
+    from triton_dist_plugin import kernel_time
 
     @triton.jit
     def one(x):
@@ -51,52 +54,50 @@ def main() -> None:
             torch.cuda.synchronize()
         return statistics.median(rounds)
 
-    from triton_dist_plugin import kernel_time
+    seconds, recorded = [], []
 
-    os.environ[kernel_time.RELEASE_ENV] = "1"
-    records: dict = {}
-
-    def session(label: str) -> float:
-        """One of the package's own sessions (``kernel_time._cuda_session``) of 200 launches: its
-        seconds, and how many of the launches it recorded (200 unless CUPTI lost them)."""
+    def session() -> None:
         t0 = time.perf_counter()
         with kernel_time._cuda_session() as prof:
             for _ in range(200):
                 one[(1,)](x)
             torch.cuda.synchronize()
-        seconds = time.perf_counter() - t0
-        records[label] = len(kernel_time.kernel_times(prof, "one"))
-        return seconds
-
-    def release() -> float:
-        t0 = time.perf_counter()
-        kernel_time.release()
-        one[(1,)](x)
+        one[(1,)](x)  # a CUDA call after the stop: where kineto finishes a teardown
         torch.cuda.synchronize()
-        return time.perf_counter() - t0
+        seconds.append(time.perf_counter() - t0)
+        recorded.append(len(kernel_time.kernel_times(prof, "one")))
 
     for _ in range(200):
         one[(1,)](x)
     rows = {"before any session": launches_us()}
-    seconds = {"first session": session("first session"), "a later session": session("a later session")}
-    rows["after sessions"] = launches_us()
-    seconds["release (teardown)"] = release()
-    rows["after the release"] = launches_us()
-    seconds["the session after it (lazy re-init)"] = session("the session after it (lazy re-init)")
-    seconds["the next session"] = session("the next session")
-    rows["after sessions again"] = launches_us()
-    seconds["release again"] = release()
-    rows["after the second release"] = launches_us()
-    out = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name(),
-           "host_us_per_launch": rows, "session_s": seconds, "launches_recorded_of_200": records}
+    session(), session()
+    rows["after two sessions"] = launches_us()
+    session(), session()
+    rows["after four"] = launches_us()
+    return {"us_per_launch": rows, "session_s": seconds, "recorded_of_200": recorded,
+            "teardown_env": os.environ.get("TEARDOWN_CUPTI"), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "gpu": torch.cuda.get_device_name()}
+
+
+def main() -> None:
+    if serve(globals()):
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="cupti_after_h200.json")
+    options = parser.parse_args()
+    os.environ.pop("TEARDOWN_CUPTI", None)  # each child's switch is its mode's
+    out = {mode: run_fresh(__file__, "one", None, extra) for mode, extra in MODES.items()}
     text = json.dumps(out, indent=2)
-    (Path(__file__).resolve().parents[1] / "results" / options.out).write_text(text)
+    (HERE.parents[1] / "results" / options.out).write_text(text)
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], options.out).write_text(text)
-    for k, v in rows.items():
-        print(f"{k:28s} {v:7.2f} us per launch")
-    for k, v in seconds.items():
-        print(f"{k:36s} {v:7.3f} s" + (f"  ({records[k]} of 200 launches recorded)" if k in records else ""))
+    for mode, got in out.items():
+        if "us_per_launch" not in got:
+            print(f"{mode}: {got.get('error')}")
+            continue
+        launches = "  ".join(f"{k} {v:.2f}" for k, v in got["us_per_launch"].items())
+        sessions = " ".join(f"{s:.3f}" for s in got["session_s"])
+        print(f"{mode:20s} us/launch: {launches} | sessions s: {sessions} | recorded {got['recorded_of_200']}")
 
 
 if __name__ == "__main__":

@@ -42,7 +42,6 @@ class LoopJob(job.Job):
                                      grid=meta.get("grid"), group=self.group)
         self.instance, self.state, self.args, self.meta, self.named = instance, state, args, meta, named
         self.configs, self.time_them, self.alone = configs, time_them, alone
-        self.whole = not alone  # the loop's other candidates follow: CUPTI stays up for them
         self.shape = shape or (lambda timings: {c: raw(t) for c, t in timings.items()})
         self.name, self.key, self.labels = state.name, self.request.key, [str(c) for c in configs]
         self.checks = {"accuracy": accuracy_check_enabled(instance)}
