@@ -39,8 +39,8 @@ def round_runs(policy: Policy, ms: float) -> int:
     ``settle_ms`` of it, ``second_repeat`` at least and ``settle_runs_most`` at most."""
     if not (ms > 0 and math.isfinite(ms)) or policy.settle_ms <= policy.second_repeat * ms:
         return policy.second_repeat
-    runs = policy.settle_ms / ms
-    return policy.settle_runs_most if runs >= policy.settle_runs_most else max(policy.second_repeat, round(runs))
+    runs = policy.settle_ms / ms  # above second_repeat here; compared before rounding, as it may be infinite
+    return policy.settle_runs_most if runs >= policy.settle_runs_most else round(runs)
 
 
 def settle(valid: dict, order: list, measure: Callable[[list], dict], policy: Policy) -> tuple[Any, dict]:
