@@ -6,13 +6,15 @@ compile in workers is measured on a GPU by ``benchmarks/bench_tiling_gpu.py``.
 """
 
 import os
+import subprocess
+import sys
 import time
 
 import pytest
 from helpers import python
 
 from triton_dist_plugin import _compat
-from triton_dist_plugin.compiling import forked_compile, precompile
+from triton_dist_plugin.compiling import crew, forked_compile, precompile
 
 
 def _warm_recording(directory):
@@ -48,6 +50,69 @@ def test_a_stuck_worker_ends_the_stage_not_tuning(tmp_path, monkeypatch):
     started = time.perf_counter()
     assert forked_compile.in_processes(warm, (), {}, kwargs, list(range(4)), device=0) is None
     assert time.perf_counter() - started < 15
+
+
+def test_the_largest_candidate_starts_compiling_before_the_last_worker_is_forked(tmp_path, monkeypatch):
+    # Forks of a process holding CUDA are slow; here each takes 0.3 s more, and the first worker must not wait.
+    monkeypatch.setenv(forked_compile.COMPILE_PROCESSES_ENV, "3")
+    fork = crew.Crew.fork
+    monkeypatch.setattr(crew.Crew, "fork", lambda self: (fork(self), time.sleep(0.3))[0])
+
+    def warm(BLOCK):
+        (tmp_path / str(BLOCK)).write_text(repr(time.perf_counter()))
+
+    blocks = [16, 256, 64]
+    notes = {}
+    started = time.perf_counter()
+    assert forked_compile.in_processes(warm, (), {}, [{"BLOCK": b} for b in blocks], [0, 1, 2], 0, notes=notes) == {}
+    forked = float(notes["workers"].split(" forked in ")[1].split("s")[0])
+    assert forked >= 0.9
+    assert float((tmp_path / "256").read_text()) - started < 0.6  # during the second fork's wait, at the latest
+
+
+def test_a_worker_that_dies_ends_the_stage_at_once(tmp_path):
+    def warm(tag):
+        if tag == 2:
+            os._exit(7)  # a crash inside the compiler, say
+
+    notes = {}
+    started = time.perf_counter()
+    assert forked_compile.in_processes(warm, (), {}, [{"tag": i} for i in range(4)], list(range(4)), 0,
+                                       notes=notes) is None
+    assert time.perf_counter() - started < 20  # not the stage's time limit (300 s)
+    assert "died on task 2 (exit code 7)" in notes["stage 1 ended"]
+
+
+CHILD = """
+import os, sys, time
+from triton_dist_plugin.compiling import forked_compile
+def warm(tag):
+    print(os.getpid(), flush=True)
+    time.sleep(60)
+forked_compile.in_processes(warm, (), {}, [{"tag": i} for i in range(2)], [0, 1], 0)
+"""
+
+
+def test_compile_workers_do_not_outlive_their_parent(tmp_path):
+    parent = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True, cwd=tmp_path,
+                              env={**os.environ, "TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES": "2"})
+    try:
+        pids = [int(parent.stdout.readline()) for _ in range(2)]
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in pids)
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_thread_stage_records_failures_and_compiles_the_rest(tmp_path):

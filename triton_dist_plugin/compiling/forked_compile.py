@@ -9,16 +9,16 @@ files there too (``shared_cache_dir``), which is what lets ranks split the work.
 
 from __future__ import annotations
 
+import collections
 import multiprocessing
 import os
-import queue
 import threading
 import time
-import warnings
 from collections import defaultdict
 from typing import Any, Callable, Optional
 
 from .. import _compat, failures, frozen, settings
+from .crew import Crew
 from .stream import SKIPPED
 
 COMPILE_PROCESSES_ENV = "TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES"  # forked workers (default: CPUs; 0: off)
@@ -152,10 +152,10 @@ def in_processes(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[di
 
     ``on_compiled(i)`` runs here, in the parent, as soon as a worker has compiled candidate ``i``.
     ``inputs`` maps a candidate to its own ``(args, meta)`` (see ``precompile.hooked_inputs``);
-    ``notes`` receives where the stage's time went. After each arrival the parent asks
-    ``wanted(j)`` of every candidate not yet arrived; a worker skips one turned down if it has not
-    started it yet (a compile under way always finishes), and it comes back as ``stream.SKIPPED``,
-    unless a later arrival makes it wanted again: then it goes back to the workers.
+    ``notes`` receives where the stage's time went. Before handing candidate ``j`` to a worker the
+    parent asks ``wanted(j)`` (a compile under way always finishes); one turned down comes back as
+    ``stream.SKIPPED``, unless a later arrival makes it wanted again: then it goes back to the workers.
+    A worker that dies ends the stage (None) at once.
     With ``give_up``, once every other candidate is in, those still compiling after
     ``TRITON_DIST_AUTOTUNE_COMPILE_STRAGGLER`` times the median compile (at least 10 s) are given up
     (their workers killed; Triton writes its cache entries whole, so none is left half-written)
@@ -176,60 +176,59 @@ def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, in
                   give_up):
     global _job
     deadline = time.perf_counter() + settings.value(PROCESS_TIMEOUT_ENV)
-    context = multiprocessing.get_context("fork")
-    skip = context.RawArray("b", len(launch_kwargs))  # shared with the workers: 1 = leave it out
-    begun = context.RawArray("d", len(launch_kwargs))  # ...and when a worker started each
-    _job = (warm, args, meta, launch_kwargs, device, inputs, skip, begun)
     factor = settings.value(STRAGGLER_ENV) if give_up else 0.0
-    pool = None
+    _job = (warm, args, meta, launch_kwargs, device, inputs)
     started = time.perf_counter()
-    results: dict = {}
+    # Largest candidates first: they compile longest, and the small ones then fill the gaps.
+    order = sorted(todo, key=lambda i: -size(launch_kwargs[i]))
+    pending = collections.deque(order)
+    crew = Crew(_compile_in_worker)
+    results: dict = {}  # i -> (reason, begin, end)
+    running: dict = {}  # i -> when it was handed to a worker
+
+    def hand_out(worker: Any) -> None:
+        """The next wanted candidate to this idle worker; those turned down meanwhile come back skipped."""
+        while pending:
+            j = pending.popleft()
+            if wanted is None or wanted(j):
+                crew.give(worker, j)
+                running[j] = time.perf_counter()
+                return
+            results[j] = (SKIPPED, time.perf_counter(), time.perf_counter())
+
     try:
         count = min(len(todo), workers(COMPILE_PROCESSES_ENV, share))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # "fork() in a multi-threaded process"
-            pool = context.Pool(count)
+        while len(crew.workers) < count and pending:  # each starts on its candidate as soon as it exists
+            hand_out(crew.fork())
         forked = time.perf_counter() - started
-        # Largest candidates first: they compile longest, and the small ones then fill the gaps.
-        order = sorted(todo, key=lambda i: -size(launch_kwargs[i]))
-        arrived: queue.SimpleQueue = queue.SimpleQueue()  # (i, reason, begin, end), or a worker's exception
-
-        def submit(j: int) -> None:
-            pool.apply_async(_compile_in_worker, (j,), callback=arrived.put, error_callback=arrived.put)
-
-        for j in order:
-            submit(j)
         while len(results) < len(order):
-            try:
-                got = arrived.get(timeout=min(0.25, max(0.0, deadline - time.perf_counter())))
-            except queue.Empty:
-                if time.perf_counter() >= deadline:
-                    raise TimeoutError(f"stage 1 took over {settings.value(PROCESS_TIMEOUT_ENV)}s") from None
-                if factor and _give_up(order, results, skip, begun, factor):
+            if time.perf_counter() >= deadline:
+                raise TimeoutError(f"stage 1 took over {settings.value(PROCESS_TIMEOUT_ENV)}s")
+            arrivals = crew.arrivals(min(0.25, max(0.0, deadline - time.perf_counter())))
+            if not arrivals:
+                if factor and _give_up(order, results, running, factor):
                     notes["gave up"] = sum(r.startswith("gave up") for r, _, _ in results.values() if r)
                 continue
-            if isinstance(got, BaseException):
-                raise got
-            i, reason, begin, end = got
-            results[i] = (reason, begin, end)
-            if reason is None and on_compiled is not None:
-                on_compiled(i)
-            if wanted is not None and reason is None:  # new evidence: judge the rest again
-                for j in order:
-                    if j not in results:
-                        skip[j] = not wanted(j)  # read by a worker only before it starts j
-                    elif results[j][0] == SKIPPED and wanted(j):  # skipped too early: compile it now,
-                        del results[j]  # while the workers are still here
-                        skip[j], begun[j] = 0, 0.0
-                        submit(j)
+            for worker, (i, reason, begin, end) in arrivals:
+                running.pop(i, None)
+                results[i] = (reason, begin, end)
+                hand_out(worker)  # before the parent's own work on this one, so the worker never idles
+            for _, (i, reason, _, _) in arrivals:
+                if reason is None and on_compiled is not None:
+                    on_compiled(i)
+            if wanted is not None and any(r is None for _, (_, r, _, _) in arrivals):  # new evidence:
+                for j in order:  # one skipped too early is compiled now, while the workers are still here
+                    if j in results and results[j][0] == SKIPPED and wanted(j):
+                        del results[j]
+                        pending.append(j)
+                for worker in crew.idle():
+                    hand_out(worker)
     except Exception as exc:
         notes["stage 1 ended"] = failures.reason_of(exc)
         return None
     finally:
         _job = None
-        if pool is not None:
-            pool.terminate()
-            pool.join()
+        crew.close()
     notes["workers"] = _timeline(results, started, forked, count)
     return {i: reason for i, (reason, _, _) in results.items() if reason is not None}
 
@@ -244,22 +243,21 @@ def _timeline(results: dict, started: float, forked: float, count: int) -> str:
             f"{max(end - begin for _, begin, end in results.values()):.2f}s")
 
 
-def _give_up(order: list, results: dict, skip: Any, begun: Any, factor: float) -> bool:
-    """If every candidate not yet in is a straggler (see ``in_processes``), record them as given
-    up (and those still queued to be skipped as skipped) in ``results``; True if it did."""
+def _give_up(order: list, results: dict, running: dict, factor: float) -> bool:
+    """If every candidate not yet in is a straggler under way (see ``in_processes``), record them as
+    given up in ``results``; True if it did. ``running`` maps each under way to when it was handed out."""
     pending = [j for j in order if j not in results]
-    running = [j for j in pending if begun[j]]
-    if any(not begun[j] and not skip[j] for j in pending) or not running:
+    if not pending or any(j not in running for j in pending):
         return False  # some still wait for a worker: not the end of the step yet
     took = sorted(end - begin for reason, begin, end in results.values() if reason is None)
     if not took:
         return False
     median = took[len(took) // 2]
     now = time.perf_counter()
-    if any(now - begun[j] < max(STRAGGLER_MIN_S, factor * median) for j in running):
+    if any(now - running[j] < max(STRAGGLER_MIN_S, factor * median) for j in pending):
         return False
     for j in pending:
-        results[j] = (GAVE_UP.format(now - begun[j], median), begun[j], now) if begun[j] else (SKIPPED, now, now)
+        results[j] = (GAVE_UP.format(now - running[j], median), running[j], now)
     return True
 
 
@@ -277,10 +275,7 @@ def _compile_in_worker(i: int) -> tuple[int, Optional[str], float, float]:
     Only ``warmup`` runs here, which needs the current device and stream but never launches; both
     are answered from the parent's values, since CUDA cannot be used again after a fork.
     """
-    warm, args, meta, launch_kwargs, device, inputs, skip, begun = _job  # type: ignore[misc]
-    begun[i] = time.perf_counter()
-    if skip[i]:
-        return i, SKIPPED, begun[i], begun[i]
+    warm, args, meta, launch_kwargs, device, inputs = _job  # type: ignore[misc]
     try:
         from triton.runtime.driver import driver
 
