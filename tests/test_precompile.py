@@ -14,7 +14,7 @@ import pytest
 from helpers import python
 
 from triton_dist_plugin import _compat
-from triton_dist_plugin.compiling import crew, forked_compile, precompile
+from triton_dist_plugin.compiling import forked_compile, precompile
 
 
 def _warm_recording(directory):
@@ -55,8 +55,15 @@ def test_a_stuck_worker_ends_the_stage_not_tuning(tmp_path, monkeypatch):
 def test_the_largest_candidate_starts_compiling_before_the_last_worker_is_forked(tmp_path, monkeypatch):
     # Forks of a process holding CUDA are slow; here each takes 0.3 s more, and the first worker must not wait.
     monkeypatch.setenv(forked_compile.COMPILE_PROCESSES_ENV, "3")
-    fork = crew.Crew.fork
-    monkeypatch.setattr(crew.Crew, "fork", lambda self: (fork(self), time.sleep(0.3))[0])
+    fork = os.fork
+
+    def slow_fork():
+        pid = fork()
+        if pid:
+            time.sleep(0.3)
+        return pid
+
+    monkeypatch.setattr(os, "fork", slow_fork)
 
     def warm(BLOCK):
         (tmp_path / str(BLOCK)).write_text(repr(time.perf_counter()))
@@ -65,8 +72,6 @@ def test_the_largest_candidate_starts_compiling_before_the_last_worker_is_forked
     notes = {}
     started = time.perf_counter()
     assert forked_compile.in_processes(warm, (), {}, [{"BLOCK": b} for b in blocks], [0, 1, 2], 0, notes=notes) == {}
-    forked = float(notes["workers"].split(" forked in ")[1].split("s")[0])
-    assert forked >= 0.9
     assert float((tmp_path / "256").read_text()) - started < 0.6  # during the second fork's wait, at the latest
 
 

@@ -110,6 +110,27 @@ def test_a_compile_far_slower_than_the_rest_of_its_step_is_given_up(monkeypatch,
                                            give_up=give_up) is None  # the stage ran out of time, as before
 
 
+def test_stragglers_are_given_up_even_where_only_hopeless_candidates_wait_behind_them(monkeypatch, tmp_path):
+    # Both workers stuck on compiles that spill; what is still queued is hopeless by then: the step ends.
+    monkeypatch.setattr(forked_compile, "STRAGGLER_MIN_S", 1.0)
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES", "2")
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_COMPILE_TIMEOUT", "30")
+    blocks = [1024, 512, 256, 128, 64, 32, 16]
+
+    def warm(BLOCK):
+        time.sleep(60 if BLOCK in (1024, 64) else 0.1)
+
+    arrived = []
+    started = time.perf_counter()
+    done = forked_compile.in_processes(warm, (), {}, [{"BLOCK": b} for b in blocks], list(range(7)), None,
+                                       on_compiled=arrived.append, give_up=True,
+                                       wanted=lambda j: blocks[j] not in (32, 16) or len(arrived) < 2)
+    assert time.perf_counter() - started < 20
+    assert done is not None and set(done) == {0, 4, 5, 6}
+    assert all(done[j].startswith("gave up compiling it: ") for j in (0, 4))
+    assert all(done[j] == stream.SKIPPED for j in (5, 6)) and sorted(arrived) == [1, 2, 3]
+
+
 def test_one_skipped_on_early_evidence_is_compiled_by_the_workers_once_evidence_changes(monkeypatch, tmp_path):
     monkeypatch.setenv("TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES", "2")
 

@@ -3,8 +3,9 @@
 Unlike a ``multiprocessing`` pool, whose workers all exist before the first task is given, each
 worker here starts on a task the moment it is forked: a fork of a process holding CUDA takes
 ~10 ms, so with 16 workers a pool's first compile would wait ~0.16 s, on the critical path of every
-first call. A worker that dies is seen at once (its pipe closes) rather than at a timeout, and none
-outlives its parent: each dies with it (Linux) and leaves when its pipe closes.
+first call. A worker that dies is seen at once (its pipe closes) rather than at a timeout. On Linux
+none outlives its parent, even mid-task: each dies with it; elsewhere one leaves once its pipe
+closes, after the task in hand.
 """
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ class Crew:
                 got.append((worker, worker.recv()))
             except (EOFError, OSError):
                 process.join(1.0)
-                raise RuntimeError(f"a compile worker died on task {task!r} (exit code {process.exitcode})") from None
+                code = process.exitcode
+                del process  # the error's traceback keeps this frame: not the process's pipes with it
+                raise RuntimeError(f"a compile worker died on task {task!r} (exit code {code})") from None
             self.workers[worker][1] = None
         return got
 

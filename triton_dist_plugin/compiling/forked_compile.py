@@ -198,6 +198,8 @@ def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, in
 
     try:
         count = min(len(todo), workers(COMPILE_PROCESSES_ENV, share))
+        if count < 1:
+            raise ValueError("no compile workers to start")
         while len(crew.workers) < count and pending:  # each starts on its candidate as soon as it exists
             hand_out(crew.fork())
         forked = time.perf_counter() - started
@@ -206,6 +208,10 @@ def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, in
                 raise TimeoutError(f"stage 1 took over {settings.value(PROCESS_TIMEOUT_ENV)}s")
             arrivals = crew.arrivals(min(0.25, max(0.0, deadline - time.perf_counter())))
             if not arrivals:
+                if factor and wanted is not None and not crew.idle():  # the queue judged anew, so that
+                    for j in [j for j in pending if not wanted(j)]:  # only stragglers can hold up the end
+                        pending.remove(j)
+                        results[j] = (SKIPPED, time.perf_counter(), time.perf_counter())
                 if factor and _give_up(order, results, running, factor):
                     notes["gave up"] = sum(r.startswith("gave up") for r, _, _ in results.values() if r)
                 continue

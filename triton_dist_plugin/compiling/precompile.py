@@ -49,8 +49,8 @@ def warm_all(warm: Callable, args: tuple, meta: dict, launch_kwargs: list[dict],
     host) split the candidates, each compiles its share, and then loads the others' from that
     cache; a candidate that failed on any rank is failed on every rank. Returns ``{i: reason}``
     for the candidates that failed. ``on_ready(i)`` runs (in any thread) as soon as candidate
-    ``i`` is compiled and loaded here. Without a group, forked workers ask ``wanted(i)`` before
-    they start candidate ``i``; those turned down are left out, as ``stream.SKIPPED``, and, with
+    ``i`` is compiled and loaded here. Without a group, ``wanted(i)`` is asked before candidate
+    ``i`` goes to a forked worker; those turned down are left out, as ``stream.SKIPPED``, and, with
     ``give_up``, a compile far slower than the rest of its step is given up (``forked_compile``).
     """
     inputs = inputs or {}

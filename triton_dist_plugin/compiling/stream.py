@@ -5,13 +5,13 @@ each one as it arrives; it now screens it there and then, with the same short ro
 would run after the step (same counts, method, thread and stream), so a step's screening is done
 almost when its last compile lands.
 
-Before a worker starts a candidate it asks whether the candidate is still wanted. Once half of
+Before a candidate goes to a worker, the tuning thread asks whether it is still wanted. Once half of
 the step has arrived, a candidate is left uncompiled when at least two of its neighbours on the
 grid (one parameter, one step away: ``space.py``) have been screened and every one of those is
 ``Policy.hopeless`` times slower than the best screened so far. That is the smoothness the search
 itself relies on when it never compiles candidates far from its leaders. It is safe because:
 
-- a compile already running is never interrupted (the worker checks only before it starts), so
+- a compile already running is never interrupted (it is asked only before it starts), so
   Triton's cache never holds half a kernel;
 - each later arrival judges the skipped ones again, and one that now has a promising neighbour
   goes back to the workers (``forked_compile``); the engine judges once more when the step ends;
