@@ -8,12 +8,15 @@ candidates are hopeless is known.
 """
 
 import math
+import os
 import time
 
 import torch
 import triton
 import triton.language as tl
 from helpers import run_ranks
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from search_space import BEST, SPACE, Bowl, bowl, copy, forked_prepare, name
 
 import triton_dist_plugin as tdp
@@ -227,3 +230,41 @@ def test_a_screening_taken_as_it_compiled_is_taken_again_once_the_step_is_in(plu
             assert set(screened.values()) == {1}, screened
             assert victim not in outcome.failures
         tdp.unregister(timing)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_every_candidate_of_a_step_ends_once_whatever_arrives_when(data, tmp_path_factory, monkeypatch):
+    # Random compile times, failures, worker counts and changes of mind in ``wanted``: each candidate
+    # is compiled at most once, and ends exactly once, as arrived, failed or skipped (turned down).
+    n = data.draw(st.integers(2, 7))
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES", str(data.draw(st.integers(1, 3))))
+    sleeps = data.draw(st.lists(st.sampled_from([0.0, 0.01, 0.05]), min_size=n, max_size=n))
+    fails = data.draw(st.sets(st.integers(0, n - 1)))
+    verdicts = data.draw(st.lists(st.lists(st.booleans(), min_size=n + 1, max_size=n + 1), min_size=n, max_size=n))
+    calls = tmp_path_factory.mktemp("calls")
+
+    def warm(BLOCK):
+        (calls / f"{BLOCK}.{os.getpid()}.{time.perf_counter_ns()}").touch()
+        time.sleep(sleeps[BLOCK])
+        if BLOCK in fails:
+            raise ValueError(f"candidate {BLOCK} cannot compile")
+
+    arrived, refused = [], set()
+
+    def wanted(j):
+        verdict = verdicts[j][len(arrived)]  # what the evidence so far says of j
+        if not verdict:
+            refused.add(j)
+        return verdict
+
+    done = forked_compile.in_processes(warm, (), {}, [{"BLOCK": b} for b in range(n)], list(range(n)), None,
+                                       on_compiled=arrived.append, wanted=wanted)
+    assert done is not None
+    compiled = [int(p.name.split(".")[0]) for p in calls.iterdir()]
+    assert len(compiled) == len(set(compiled))  # none compiled twice
+    skipped = {j for j, r in done.items() if r == stream.SKIPPED}
+    failed = {j for j, r in done.items() if r != stream.SKIPPED}
+    assert sorted([*arrived, *skipped, *failed]) == list(range(n))  # each ends once
+    assert failed == set(compiled) & fails and set(arrived) == set(compiled) - fails
+    assert skipped <= refused
