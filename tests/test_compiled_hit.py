@@ -401,20 +401,20 @@ def test_keyword_names_of_a_str_subclass_take_the_python_path(tmp_path, compiled
 def test_the_build_starts_ahead_only_where_an_nvidia_driver_is(tmp_path, monkeypatch):
     """``start`` (at activation and decoration) builds in a side thread where a GPU could launch, and
     nowhere else: a CPU machine importing the plugin runs no compiler and writes no cache."""
-    from triton_dist_plugin.compiling import forked_compile
+    from triton_dist_plugin.compiling import prestart
 
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(compiled_hit, "_module", [])
     monkeypatch.setattr(compiled_hit, "_builder", [])
-    monkeypatch.setattr(forked_compile, "_side", [])
+    monkeypatch.setattr(prestart, "_side", [])
     monkeypatch.setattr(compiled_hit, "_NVIDIA_DRIVER", (str(tmp_path / "no-driver"),))
     compiled_hit.start()
-    assert not forked_compile._side and not (tmp_path / "cache").exists()
+    assert not prestart._side and not (tmp_path / "cache").exists()
     (tmp_path / "driver").write_text("NVRM version: stand-in\n")
     monkeypatch.setattr(compiled_hit, "_NVIDIA_DRIVER", (str(tmp_path / "driver"),))
     compiled_hit.start()
-    (thread,) = forked_compile._side
+    (thread,) = prestart._side
     thread.join(120)
     assert [p.name for p in (tmp_path / "cache").rglob("_tdp_hit*")], "the side thread built nothing"
     assert not compiled_hit._module  # it only builds: loading is the first hit's

@@ -244,12 +244,12 @@ if order in ("kernel-first", "disabled-then-activated"):  # decorated before act
 if order == "library":  # a library's import turns the plugin on
     import turns_it_on
 import triton_dist_plugin
-from triton_dist_plugin.compiling import forked_compile
+from triton_dist_plugin.compiling import prestart
 from triton_dist_plugin.isolation import fork_checks
 
 if order == "disabled-then-activated":
     triton_dist_plugin.activate()
-started = lambda: sorted(t.name for t in forked_compile._early)
+started = lambda: sorted(t.name for t in prestart._early)
 print(started())  # at activation
 if order == "torch-first":  # what torch's first use of CUDA runs (no GPU here)
     import torch.cuda
@@ -265,7 +265,7 @@ print(started())  # once a kernel is decorated
 if generated:
     from triton_dist_plugin.isolation import isolate
     print(isolate._shared.began, at_fork)
-forked_compile.prestarted()
+prestart.prestarted()
 try:
     from triton.runtime.cache import triton_key
 except ImportError:

@@ -264,13 +264,13 @@ if hasattr(torch._C, "_cuda_getDeviceCount"):  # a CUDA build
 for backend in backends.values():
     backend.driver.is_active = staticmethod(recording(f"{backend.driver.__name__}.is_active", backend.driver.is_active))
 import triton_dist_plugin
-from triton_dist_plugin.compiling import forked_compile
+from triton_dist_plugin.compiling import prestart
 import kmod  # two generated kernels: the worker is made as the first is decorated
 @triton.autotune(configs=[triton.Config({"BLOCK": 64})], key=["n"])
 @triton.jit
 def explicit(x, n, BLOCK: triton.language.constexpr):
     pass
-forked_compile.prestarted()
+prestart.prestarted()
 from triton.runtime import driver
 print(asked, driver._default is None and driver._active is None)
 '''
@@ -299,7 +299,7 @@ def test_a_module_the_plugins_own_start_up_threads_import_is_waited_for_not_refu
     import threading
     import types
 
-    from triton_dist_plugin.compiling import forked_compile
+    from triton_dist_plugin.compiling import prestart
 
     monkeypatch.setattr(fork_checks, "lasting_refusal", lambda: None)  # (this process's size, say)
     for name, refused in (("triton._tdp_half_imported", False), ("a_users_library", True)):
@@ -310,7 +310,7 @@ def test_a_module_the_plugins_own_start_up_threads_import_is_waited_for_not_refu
         thread = threading.Thread(target=lambda spec=module.__spec__: time.sleep(0.5) or setattr(
             spec, "_initializing", False), name="tdp-triton-key", daemon=True)
         thread.start()
-        monkeypatch.setattr(forked_compile, "_early", [thread])
+        monkeypatch.setattr(prestart, "_early", [thread])
         why = fork_checks.refusal() or ""
         assert ("a module is being imported" in why) == refused, why
         assert thread.is_alive() == refused  # refused at once; else only after the thread was done

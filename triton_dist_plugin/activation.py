@@ -19,7 +19,7 @@ import warnings
 import wrapt
 
 from . import _compat, bus
-from .compiling import forked_compile
+from .compiling import prestart
 from .isolation import isolate, worker_start
 from .patched import benchmarker, compiled_hit, kernel_state, launch, subclass
 
@@ -91,13 +91,13 @@ def _activate() -> None:
 
 
 def _prestart_compiling() -> None:
-    """``forked_compile.prestart`` now, so that its threads overlap the program's own start-up. A
+    """``prestart.prestart`` now, so that its threads overlap the program's own start-up. A
     fork of the isolation worker made later waits for them (they hold locks while they work):
     deferring them past that fork instead put their work on the first call's path, from the
     decoration to the first result of a ``configs=[]`` softmax 1.47x its time with isolation off
     against 1.18x started here (H100; ``failure-modes.md``)."""
-    if forked_compile.wanted():
-        forked_compile.prestart()
+    if prestart.wanted():
+        prestart.prestart()
     compiled_hit.start()
 
 

@@ -17,7 +17,8 @@ import time
 from collections import defaultdict
 from typing import Any, Callable, Optional
 
-from .. import _compat, failures, frozen, settings
+from .. import _compat, failures, settings
+from . import prestart
 from .crew import Crew
 from .stream import SKIPPED
 
@@ -30,9 +31,6 @@ GAVE_UP = "gave up compiling it: {:.0f}s, and the rest of its step took {:.2f}s 
 #: The work forked workers read (set just before the fork, so it needs no pickling).
 _job: Optional[tuple] = None
 _fork_lock = threading.Lock()
-_early: list[threading.Thread] = []  # ``prestart``'s threads
-_early_lock = threading.Lock()
-_side: list[threading.Thread] = []  # ``start_side``'s threads
 
 
 def workers(env: str, share: int = 1) -> int:
@@ -70,65 +68,12 @@ def _prime(jit: Any, backend: Any) -> None:
     """Compute once here what every compile's cache key needs and Triton memoises per process (the
     hash of Triton's own sources, the backend's tool versions, the kernel's source hash), so that
     forked workers inherit it instead of each computing it again."""
-    prestarted()
+    prestart.prestarted()
     for step in (lambda: jit.cache_key, backend.hash, _compat.triton_key):
         try:
             step()
         except Exception:
             pass
-
-
-def prestart() -> None:
-    """Start, in threads of this process, the two slow things a first tuning would otherwise wait
-    for, both memoised by Triton per process and neither touching the GPU: the hash of Triton's
-    sources and compiled library (hundreds of MB; every compile's cache key needs it: 0.3-0.7 s),
-    and the build of Triton's CUDA helper module (a C compile into Triton's cache, 0.5-0.8 s, on
-    the first use of the driver; on a machine without CUDA it fails at once, unseen). Called at
-    activation and at each decoration (a plugin activated while imported off reaches the first);
-    once per process, where ``wanted``."""
-    with _early_lock:  # decorations may come from several threads
-        if not wanted():
-            return
-        for name, step in (("tdp-triton-key", _compat.triton_key), ("tdp-cuda-utils", _cuda_utils)):
-            _early.append(threading.Thread(target=_quietly, args=(step,), name=name, daemon=True))
-            _early[-1].start()
-
-
-def start_side(name: str, step: Callable) -> None:
-    """Run ``step`` in a thread of its own, as ``prestart``'s steps run, that tunings do not wait for
-    but a fork of the isolation worker does (``prestarted(side=True)``): another layer's slow
-    first-use work (the compiled cache-hit path's build)."""
-    _side.append(threading.Thread(target=_quietly, args=(step,), name=name, daemon=True))
-    _side[-1].start()
-
-
-def wanted() -> bool:
-    """Whether ``prestart`` would start anything: not yet started, not under the interpreter or in
-    frozen mode (nothing compiles there), nor in a ``multiprocessing`` child."""
-    return not (_early or _compat.interpret() or frozen.mode() or multiprocessing.parent_process())
-
-
-def prestarted(timeout: Optional[float] = None, side: bool = False) -> None:
-    """Wait for ``prestart``'s work (doing it again at the same time would only be slower), and
-    with ``side`` for ``start_side``'s too, at most ``timeout`` seconds in all."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    for thread in _early + (_side if side else []):
-        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-
-
-def _cuda_utils() -> None:
-    if _compat.IS_ASCEND:
-        return
-    from triton.backends.nvidia.driver import CudaUtils
-
-    CudaUtils()  # a singleton: the driver, when first used, takes this one
-
-
-def _quietly(step: Callable) -> None:
-    try:
-        step()
-    except Exception:
-        pass  # the tuning computes it again and meets the same trouble there
 
 
 def processes_usable() -> bool:
@@ -188,13 +133,11 @@ def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, in
 
     def hand_out(worker: Any) -> None:
         """The next wanted candidate to this idle worker; those turned down meanwhile come back skipped."""
-        while pending:
+        _turn_down(pending, results, wanted, first=True)
+        if pending:
             j = pending.popleft()
-            if wanted is None or wanted(j):
-                crew.give(worker, j)
-                running[j] = time.perf_counter()
-                return
-            results[j] = (SKIPPED, time.perf_counter(), time.perf_counter())
+            crew.give(worker, j)
+            running[j] = time.perf_counter()
 
     try:
         count = min(len(todo), workers(COMPILE_PROCESSES_ENV, share))
@@ -208,12 +151,9 @@ def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, in
                 raise TimeoutError(f"stage 1 took over {settings.value(PROCESS_TIMEOUT_ENV)}s")
             arrivals = crew.arrivals(min(0.25, max(0.0, deadline - time.perf_counter())))
             if not arrivals:
-                if factor and wanted is not None and not crew.idle():  # the queue judged anew, so that
-                    for j in [j for j in pending if not wanted(j)]:  # only stragglers can hold up the end
-                        pending.remove(j)
-                        results[j] = (SKIPPED, time.perf_counter(), time.perf_counter())
-                if factor and _give_up(order, results, running, factor):
-                    notes["gave up"] = sum(r.startswith("gave up") for r, _, _ in results.values() if r)
+                if factor:  # only stragglers may hold up the end: the queue is judged anew first
+                    _turn_down(pending, results, wanted if crew.workers and not crew.idle() else None)
+                    _give_up(order, results, running, factor, notes)
                 continue
             for worker, (i, reason, begin, end) in arrivals:
                 running.pop(i, None)
@@ -239,6 +179,18 @@ def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, in
     return {i: reason for i, (reason, _, _) in results.items() if reason is not None}
 
 
+def _turn_down(pending: Any, results: dict, wanted: Optional[Callable[[int], bool]], first: bool = False) -> None:
+    """Record the queued candidates ``wanted`` turns down as skipped (with ``first``, only those ahead
+    of the first wanted one; without ``wanted``, none)."""
+    for j in list(pending) if wanted is not None else ():
+        if wanted(j):
+            if first:
+                return
+            continue
+        pending.remove(j)
+        results[j] = (SKIPPED, time.perf_counter(), time.perf_counter())
+
+
 def _timeline(results: dict, started: float, forked: float, count: int) -> str:
     """Where stage 1's time went (perf_counter is the same monotonic clock in every process)."""
     wall = max(end for _, _, end in results.values()) - started
@@ -249,9 +201,10 @@ def _timeline(results: dict, started: float, forked: float, count: int) -> str:
             f"{max(end - begin for _, begin, end in results.values()):.2f}s")
 
 
-def _give_up(order: list, results: dict, running: dict, factor: float) -> bool:
+def _give_up(order: list, results: dict, running: dict, factor: float, notes: dict) -> bool:
     """If every candidate not yet in is a straggler under way (see ``in_processes``), record them as
-    given up in ``results``; True if it did. ``running`` maps each under way to when it was handed out."""
+    given up in ``results`` and count them in ``notes``; True if it did. ``running`` maps each under
+    way to when it was handed out."""
     pending = [j for j in order if j not in results]
     if not pending or any(j not in running for j in pending):
         return False  # some still wait for a worker: not the end of the step yet
@@ -264,6 +217,7 @@ def _give_up(order: list, results: dict, running: dict, factor: float) -> bool:
         return False
     for j in pending:
         results[j] = (GAVE_UP.format(now - running[j], median), running[j], now)
+    notes["gave up"] = len(pending)
     return True
 
 

@@ -22,7 +22,7 @@ FORK_ENV = "TRITON_DIST_AUTOTUNE_ISOLATE_FORK"
 #: time the release of, a worker the child knows nothing of (``isolate._forget_after_fork``).
 _HARMLESS = frozenset({"tdp-isolation-send", "tdp-isolation-read", "tdp-isolation-idle"})
 _HEAP_MIB = 512  # above this much private memory (a model loaded, say), a fresh interpreter (about 230 MiB) costs less
-_JOIN_S = 10.0  # the longest a fork waits for the plugin's own start-up threads (``forked_compile.prestart``)
+_JOIN_S = 10.0  # the longest a fork waits for the plugin's own start-up threads (``prestart.prestart``)
 _CUDA_ERROR_NOT_INITIALIZED = 3
 
 
@@ -36,9 +36,9 @@ def refusal() -> Optional[str]:
     importing = _importing()
     if importing is not None and importing.split(".")[0] != "triton":  # (Triton's: perhaps the threads' below)
         return f"a module is being imported ({importing})"
-    from ..compiling import forked_compile
+    from ..compiling import prestart
 
-    forked_compile.prestarted(_JOIN_S, side=True)  # the plugin's own threads end first: they hold locks as they work
+    prestart.prestarted(_JOIN_S, side=True)  # the plugin's own threads end first: they hold locks as they work
     importing = _importing()  # what they imported (Triton's driver module, say) is whole now
     if importing is not None:  # the child would have it half run, and running it again repeats what it did
         return f"a module is being imported ({importing})"

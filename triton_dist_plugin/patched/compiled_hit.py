@@ -32,7 +32,7 @@ from types import ModuleType
 from typing import Optional
 
 from .. import _compat, settings
-from ..compiling import forked_compile
+from ..compiling import prestart
 
 COMPILED_ENV = "TRITON_DIST_COMPILED_HIT"
 NAME = "_tdp_hit"
@@ -56,13 +56,13 @@ def wanted() -> bool:
 
 def start() -> None:
     """Build the module (or find it built) in a thread, now, so that it is ready by the first cache
-    hit (called at activation and decoration, beside ``forked_compile.prestart``). No tuning waits
+    hit (called at activation and decoration, beside ``prestart.prestart``). No tuning waits
     for it; the first hit does while it still builds, and a fork of the isolation worker does too
     (it holds a lock and a compiler while it works). It imports nothing: loading is the first hit's."""
     if _module or _builder or not wanted() or not any(os.path.exists(p) for p in _NVIDIA_DRIVER):
         return  # (without an NVIDIA driver nothing launches here: the first hit, if any, builds it)
     _builder.append(True)
-    forked_compile.start_side("tdp-compiled-hit", _prepare)
+    prestart.start_side("tdp-compiled-hit", _prepare)
 
 
 def module() -> Optional[ModuleType]:

@@ -20,7 +20,7 @@ import threading
 from typing import Any, Callable, Iterator
 
 from .. import _compat, distributed, frozen, settings
-from ..compiling import forked_compile
+from ..compiling import prestart
 from ..hook_objects import TuningRequest
 from ..isolation import isolate, worker_start
 from . import compiled_hit, direct, kernel_state, tuning
@@ -163,7 +163,7 @@ def tune(instance: Any, state: KernelState, key: tuple, args: tuple, kwargs: dic
         if config is not None:  # another thread finished it while we waited
             return config
         nargs, launch, named, meta = split_launch(state, args, kwargs)
-        forked_compile.prestarted()  # the driver's first use below takes what it built
+        prestart.prestarted()  # the driver's first use below takes what it built
         device = _compat.active_device(required=user_do_bench(instance) is None)
         # Over the group it tunes in, from the first hook on: every hook sees this one request.
         request = TuningRequest(state.name, key, device, named, meta, autotuner=instance, grid=kwargs.get("grid"),
@@ -206,7 +206,7 @@ def autotune_wrapper(wrapped, instance, args, kwargs):
         tuner.tdp_check_accuracy = check
         if not worker_start.serving():
             isolate.prestart(tuner.fn, tuner.tdp_generate)  # its slow start off the first call's path
-            forked_compile.prestart()  # likewise what every compile, and the driver, first need
+            prestart.prestart()  # likewise what every compile, and the driver, first need
             compiled_hit.start()  # and the compiled cache-hit path, by the first hit
         return tuner
 
