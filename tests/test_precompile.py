@@ -92,17 +92,23 @@ CHILD = """
 import os, sys, time
 from triton_dist_plugin.compiling import forked_compile
 def warm(tag):
-    print(os.getpid(), flush=True)
+    open(os.path.join(sys.argv[1], str(os.getpid())), "w").close()  # a worker, compiling
     time.sleep(60)
 forked_compile.in_processes(warm, (), {}, [{"tag": i} for i in range(2)], [0, 1], 0)
 """
 
 
 def test_compile_workers_do_not_outlive_their_parent(tmp_path):
-    parent = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True, cwd=tmp_path,
+    workers = tmp_path / "workers"
+    workers.mkdir()
+    parent = subprocess.Popen([sys.executable, "-c", CHILD, str(workers)], cwd=tmp_path,
                               env={**os.environ, "TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES": "2"})
     try:
-        pids = [int(parent.stdout.readline()) for _ in range(2)]
+        deadline = time.monotonic() + 120
+        while len(list(workers.iterdir())) < 2 and time.monotonic() < deadline and parent.poll() is None:
+            time.sleep(0.05)
+        pids = [int(p.name) for p in workers.iterdir()]
+        assert len(pids) == 2
     finally:
         parent.kill()
         parent.wait()
