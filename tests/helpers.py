@@ -122,6 +122,14 @@ def listed(stdout: str) -> list[dict]:
     return entries
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` is still a live process (an exited one nobody reaped does not count)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except (OSError, IndexError):
+        return False
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

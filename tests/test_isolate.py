@@ -17,7 +17,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import DEVICE, python
+from helpers import DEVICE, python, running
 
 from triton_dist_plugin.isolation import isolate, worker_start
 
@@ -501,14 +501,6 @@ time.sleep(600)
 """
 
 
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is still a live process (an exited one nobody reaped does not count)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
-    except (OSError, IndexError):
-        return False
-
-
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 @pytest.mark.parametrize(("sig", "state"), [(signal.SIGKILL, "running"), (signal.SIGTERM, "running"),
                                             (signal.SIGKILL, "waiting")], ids=["kill-running", "term-running",
@@ -532,18 +524,18 @@ def test_the_worker_dies_with_its_parent(tmp_path, sig, state):
     pids: list[int] = []
     try:
         pids = [int(p) for p in parent.stdout.readline().split()]
-        assert pids and _running(pids[0]), "the parent did not start its worker"
+        assert pids and running(pids[0]), "the parent did not start its worker"
         time.sleep(1.0)
-        assert _running(pids[0])
+        assert running(pids[0])
         parent.send_signal(sig)
         parent.wait(30)
         deadline = time.monotonic() + 5
-        while _running(pids[0]) and time.monotonic() < deadline:
+        while running(pids[0]) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _running(pids[0]), f"the worker outlived its parent ({signal.Signals(sig).name}, {state})"
+        assert not running(pids[0]), f"the worker outlived its parent ({signal.Signals(sig).name}, {state})"
     finally:
         for pid in [*pids, parent.pid]:
-            if pid and _running(pid):
+            if pid and running(pid):
                 os.kill(pid, signal.SIGKILL)
 
 

@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from helpers import python
+from helpers import python, running
 
 from triton_dist_plugin import _compat
 from triton_dist_plugin.compiling import forked_compile, precompile
@@ -113,17 +113,9 @@ def test_compile_workers_do_not_outlive_their_parent(tmp_path):
         parent.kill()
         parent.wait()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+    while time.monotonic() < deadline and any(running(pid) for pid in pids):
         time.sleep(0.05)
-    assert not any(_alive(pid) for pid in pids)
-
-
-def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    assert not any(running(pid) for pid in pids)
 
 
 def test_thread_stage_records_failures_and_compiles_the_rest(tmp_path):

@@ -152,7 +152,7 @@ def _in_processes(warm, args, meta, launch_kwargs, todo, device, on_compiled, in
             arrivals = crew.arrivals(min(0.25, max(0.0, deadline - time.perf_counter())))
             if not arrivals:
                 if factor:  # only stragglers may hold up the end: the queue is judged anew first
-                    _turn_down(pending, results, wanted if crew.workers and not crew.idle() else None)
+                    _turn_down(pending, results, None if crew.idle() else wanted)
                     _give_up(order, results, running, factor, notes)
                 continue
             for worker, (i, reason, begin, end) in arrivals:
