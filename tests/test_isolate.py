@@ -595,7 +595,7 @@ def test_arguments_reach_the_worker_as_raw_bytes_unchanged():
 def test_a_worker_that_replaced_a_crashed_one_runs_every_later_step(monkeypatch):
     """The crashed worker's last candidate was its only one: the next takes the job all the same,
     so a later step's candidates run there (they used to wait, unread, until the timeout)."""
-    monkeypatch.setenv(isolate.TIMEOUT_ENV, "20")
+    monkeypatch.setenv(isolate.TIMEOUT_ENV, "60")
     worker = isolate.Worker()
     try:
         x, out = torch.randn(300), torch.zeros(300)
@@ -603,7 +603,7 @@ def test_a_worker_that_replaced_a_crashed_one_runs_every_later_step(monkeypatch)
         assert list(worker.finish({0: ({"BLOCK": 64, "FAULT": 1}, (5,))})) == [0]
         started = time.monotonic()
         assert worker.finish({1: ({"BLOCK": 64, "FAULT": 0}, (5,))}) == {}
-        assert time.monotonic() - started < 15 and worker.given_work  # its context is given back when idle
+        assert time.monotonic() - started < 40 and worker.given_work  # its context is given back when idle
     finally:
         worker.stop()
 
@@ -620,7 +620,7 @@ def test_a_kernel_the_worker_cannot_load_is_unisolated_for_the_rest_of_the_tunin
         started = time.monotonic()
         with pytest.raises(isolate.Unisolated, match="no_such_module_of_kernels"):
             worker.finish({1: ({"BLOCK": 64, "FAULT": 0}, (1,))})
-        assert time.monotonic() - started < 1
+        assert time.monotonic() - started < 5
     finally:
         worker.stop()
 

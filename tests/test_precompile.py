@@ -55,9 +55,10 @@ def test_a_stuck_worker_ends_the_stage_not_tuning(tmp_path, monkeypatch):
 def test_the_largest_candidate_starts_compiling_before_the_last_worker_is_forked(tmp_path, monkeypatch):
     # Forks of a process holding CUDA are slow; here each takes 0.3 s more, and the first worker must not wait.
     monkeypatch.setenv(forked_compile.COMPILE_PROCESSES_ENV, "3")
-    fork = os.fork
+    fork, forks = os.fork, []
 
     def slow_fork():
+        forks.append(time.perf_counter())
         pid = fork()
         if pid:
             time.sleep(0.3)
@@ -70,9 +71,8 @@ def test_the_largest_candidate_starts_compiling_before_the_last_worker_is_forked
 
     blocks = [16, 256, 64]
     notes = {}
-    started = time.perf_counter()
     assert forked_compile.in_processes(warm, (), {}, [{"BLOCK": b} for b in blocks], [0, 1, 2], 0, notes=notes) == {}
-    assert float((tmp_path / "256").read_text()) - started < 0.6  # during the second fork's wait, at the latest
+    assert len(forks) == 3 and float((tmp_path / "256").read_text()) < forks[-1]  # before the last fork began
 
 
 def test_a_worker_that_dies_ends_the_stage_at_once(tmp_path):

@@ -4,9 +4,11 @@ under ``TRITON_INTERPRET=1``, as the README says; ``@triton.jit`` needs the sour
 import os
 import re
 
+import pytest
 from helpers import ROOT, python
 
 
+@pytest.mark.timeout(660)  # the script's own limit (600 s) decides
 def test_the_readme_snippets_run_in_order(tmp_path):
     text = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)

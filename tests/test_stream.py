@@ -137,22 +137,32 @@ def test_stragglers_are_given_up_even_where_only_hopeless_candidates_wait_behind
 def test_one_skipped_on_early_evidence_is_compiled_by_the_workers_once_evidence_changes(monkeypatch, tmp_path):
     monkeypatch.setenv("TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES", "2")
 
+    out, turned_down = tmp_path / "out", tmp_path / "turned-down"
+    out.mkdir()
+
     def warm(BLOCK):
-        time.sleep(2.0 if BLOCK == 512 else 0.2)
-        (tmp_path / str(BLOCK)).touch()
+        if BLOCK == 512:  # the slowest to compile: it arrives only after 16 was turned down
+            deadline = time.monotonic() + 60
+            while not turned_down.exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        else:
+            time.sleep(0.05)
+        (out / str(BLOCK)).touch()
 
     blocks = [512, 256, 128, 64, 32, 16]  # the workers take them in this order (largest first)
     arrived, asked = [], []
 
-    def wanted(j):  # 16 looks hopeless until 512, the slowest to compile, has arrived
+    def wanted(j):  # 16 looks hopeless until 512 has arrived
         asked.append((j, 0 in arrived))
+        if j == 5 and 0 not in arrived:
+            turned_down.touch()
         return j != 5 or 0 in arrived
 
     done = forked_compile.in_processes(warm, (), {}, [{"BLOCK": b} for b in blocks], list(range(6)), None,
                                        on_compiled=arrived.append, wanted=wanted)
     assert (5, False) in asked and (5, True) in asked
     assert done == {} and sorted(arrived) == list(range(6)) and arrived[-1] == 5  # compiled after 512 arrived
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(map(str, blocks))
+    assert sorted(p.name for p in out.iterdir()) == sorted(map(str, blocks))
 
 
 def test_no_compile_is_given_up_where_the_kernels_own_hooks_or_timer_watch_each_candidate():

@@ -307,7 +307,7 @@ def test_a_module_the_plugins_own_start_up_threads_import_is_waited_for_not_refu
         module.__spec__ = importlib.machinery.ModuleSpec(name, None)
         module.__spec__._initializing = True
         monkeypatch.setitem(sys.modules, name, module)
-        thread = threading.Thread(target=lambda spec=module.__spec__: time.sleep(0.5) or setattr(
+        thread = threading.Thread(target=lambda spec=module.__spec__: time.sleep(2.0) or setattr(
             spec, "_initializing", False), name="tdp-triton-key", daemon=True)
         thread.start()
         monkeypatch.setattr(prestart, "_early", [thread])
