@@ -54,9 +54,11 @@ SLOW_SCREEN = (0.05, 0.08)
 NOISE = {"run 0.5%, sys 0": (0.005, 0.0), "run 1.5%, sys 0": (0.015, 0.0), "run 0.5%, sys 0.3%": (0.005, 0.003),
          "run 1.5%, sys 0.3%": (0.015, 0.003)}
 #: What is replayed: a name -> the policy's fields it changes, and ``again``: whether those screened as
-#: they compiled are screened again (``engine.steps.Steps.again``). ``before``: the release before both.
+#: they compiled are screened again (``engine.steps.Steps.again``). ``before``: the release before both
+#: (its tie 1.5%).
 VARIANTS = {"default": {}, "runs25": {"settle_runs_most": 25}, "once": {"again": False},
-            "before": {"settle_runs_most": 25, "again": False}, "tie1": {"tie": 0.01},
+            "before": {"settle_runs_most": 25, "again": False, "tie": 0.015}, "tie1": {"tie": 0.01},
+            "tie075": {"tie": 0.0075}, "tie125": {"tie": 0.0125}, "tie15": {"tie": 0.015},
             "tie2": {"tie": 0.02, "tie_most": 0.025}, "rounds10": {"settle_rounds": 10}}
 
 
