@@ -11,7 +11,8 @@ PACKAGE = Path(triton_dist_plugin.__file__).resolve().parent
 
 #: Lowest first; every part of the package is in exactly one.
 LAYERS = [
-    ("facts", {"_compat", "settings", "policy", "hook_objects", "requests", "_callsite", "failures", "settle"}),
+    ("facts", {"_compat", "_lifetime", "settings", "policy", "hook_objects", "requests", "_callsite", "failures",
+               "settle"}),
     ("hooks", {"hookspecs"}),
     ("built-in plugins", {"timing", "kernel_time", "distributed", "reporting", "tiling", "search"}),
     ("bus and stores", {"bus", "store"}),

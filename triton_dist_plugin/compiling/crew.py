@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import sys
 import warnings
 from multiprocessing import connection
 from typing import Any, Callable
+
+from .._lifetime import die_with_parent
 
 
 class Crew:
@@ -76,14 +77,7 @@ def _serve(work: Callable[[Any], Any], conn: Any, parents: list, parent: int) ->
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the parent's to handle
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass  # its pipe closing ends it too
-    if os.getppid() != parent:
+    if not die_with_parent(parent):  # (its pipe closing ends it too)
         return
     for end in parents:  # the parent's ends (its own, earlier workers'): only the parent holds them now
         end.close()

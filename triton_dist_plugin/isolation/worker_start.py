@@ -29,6 +29,7 @@ import threading
 import time
 from typing import Any, Optional
 
+from .._lifetime import die_with_parent
 from . import fork_checks, isolate_source
 from .isolate_worker import BOOTSTRAP
 
@@ -165,18 +166,11 @@ def _tell(fd: int, reason: str) -> None:  # pragma: no cover - child
 def _become_worker(fd: int, ours: socket.socket, parent: int, path: list[str],
                    mask: Any) -> None:  # pragma: no cover - child
     """Let go of the parent, then take signals again: what ``_serve`` runs next is the worker."""
-    import ctypes
     import signal
 
     global _serving
     _serving = True
-    try:
-        libc = ctypes.CDLL(None)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the fork came from the main thread
-        libc.prctl(15, NAME)  # PR_SET_NAME
-    except (OSError, AttributeError):
-        pass  # the socket and the parent are watched as well
-    if os.getppid() != parent:
+    if not die_with_parent(parent, NAME):  # the fork came from the main thread; the socket is watched as well
         os._exit(0)
     _let_go_of_parent(fd, ours)
     _as_fresh(path)
