@@ -69,7 +69,7 @@ def test_the_largest_candidate_starts_compiling_before_the_last_worker_is_forked
     def warm(BLOCK):
         (tmp_path / str(BLOCK)).write_text(repr(time.perf_counter()))
 
-    blocks = [16, 256, 64]
+    blocks = [16, 64, 256]  # the largest last: taken in the given order, it would wait for the last fork
     notes = {}
     assert forked_compile.in_processes(warm, (), {}, [{"BLOCK": b} for b in blocks], [0, 1, 2], 0, notes=notes) == {}
     assert len(forks) == 3 and float((tmp_path / "256").read_text()) < forks[-1]  # before the last fork began

@@ -61,10 +61,10 @@ class Policy:
     profiled_runs_most: int = 200  # ...and its full measurement runs at most this many (each after an L2 flush)
 
     # -- Settling (``settle.py``): finalists too close to call are measured again, interleaved.
-    # Finalists within 1% of the fastest are too close to call. Since the rounds run ~5 ms each, a
-    # wider tie buys hardly fewer flips and costs worse picks: replayed over the 86 exhaustive GPU
-    # truths, 1.5% gave 0.13 flips and a worst pick 2.5-3.0% off, 1% 0.14 and 2.1-2.2%, 0.75% 0.17
-    # (results/picks_replay_ties_cpu.json); on GPU suites 1% and 1.5% flipped alike (0.07-0.18, 0.20)...
+    # Finalists within 1% of the fastest are too close to call. With rounds of ~5 ms, a wider tie
+    # buys few fewer flips for worse picks: replayed over the 86 exhaustive GPU truths
+    # (results/picks_replay_ties_cpu.json), 1.5% gave flips 0.03-0.13 and worst picks 1.6-3.0% off,
+    # 1% 0.04-0.14 and 1.1-2.2%, 0.75% 0.06-0.17; GPU suites of short rounds flipped alike at both...
     tie: float = 0.01
     noise_cap: float = 0.05  # ...or within their own spread, up to 5%, are measured again...
     tie_most: float = 0.02  # ...and a tie after those rounds is never wider than this, whatever their noise
