@@ -201,24 +201,23 @@ def _timeline(results: dict, started: float, forked: float, count: int) -> str:
             f"{max(end - begin for _, begin, end in results.values()):.2f}s")
 
 
-def _give_up(order: list, results: dict, running: dict, factor: float, notes: dict) -> bool:
+def _give_up(order: list, results: dict, running: dict, factor: float, notes: dict) -> None:
     """If every candidate not yet in is a straggler under way (see ``in_processes``), record them as
-    given up in ``results`` and count them in ``notes``; True if it did. ``running`` maps each under
-    way to when it was handed out."""
+    given up in ``results`` and count them in ``notes``. ``running`` maps each under way to when it
+    was handed out."""
     pending = [j for j in order if j not in results]
     if not pending or any(j not in running for j in pending):
-        return False  # some still wait for a worker: not the end of the step yet
+        return  # some still wait for a worker: not the end of the step yet
     took = sorted(end - begin for reason, begin, end in results.values() if reason is None)
     if not took:
-        return False
+        return
     median = took[len(took) // 2]
     now = time.perf_counter()
     if any(now - running[j] < max(STRAGGLER_MIN_S, factor * median) for j in pending):
-        return False
+        return
     for j in pending:
         results[j] = (GAVE_UP.format(now - running[j], median), running[j], now)
     notes["gave up"] = len(pending)
-    return True
 
 
 def size(kwargs: dict) -> int:
